@@ -1,0 +1,35 @@
+"""The one interface every NPU compiler adapter implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..targets import Target
+from ..tflite import TFLiteModel
+
+
+@dataclass(frozen=True)
+class NpuArtifact:
+    """What an NPU compiler produced for one partition.
+
+    ``payload``: the bytes the device runtime reads (the delegate's processed bytes).
+    ``stats``: figures the compiler reports (``npu_cycles``, ``npu_sram_bytes``,
+    ``npu_flash_bytes``, ``macs``, ...); absent keys mean the compiler does not say.
+    """
+
+    compiler: str
+    payload: bytes
+    stats: dict = field(default_factory=dict)
+
+
+class NpuCompiler(Protocol):
+    """compile(TFLite partition, target) -> NpuArtifact."""
+
+    name: str
+
+    def available(self) -> bool:
+        """Whether the compiler can run here (its SDK imports)."""
+
+    def compile(self, model: TFLiteModel, target: Target) -> NpuArtifact:
+        """Compile one partition's TFLite graph for ``target``."""

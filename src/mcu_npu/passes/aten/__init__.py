@@ -1,0 +1,9 @@
+"""Passes on ATen-dialect graphs (``torch.export(...).module()`` or an ExportedProgram's graph)."""
+
+from mcu_npu.passes.aten._recurrent import ProjSizeNotSupportedError
+from mcu_npu.passes.aten.decompose_gru import DecomposeGRU
+from mcu_npu.passes.aten.decompose_lstm import DecomposeLSTM
+from mcu_npu.passes.aten.decompose_rnn import DecomposeRNN
+from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
+
+__all__ = ["DecomposeGRU", "DecomposeLSTM", "DecomposeRNN", "ProjSizeNotSupportedError", "SplitGRUByLayers"]

@@ -1,0 +1,234 @@
+"""Shared machinery of the recurrent-op passes (aten.gru/rnn_tanh/rnn_relu/lstm ``.input``).
+
+``RecurrentCall`` reads one such node (flat weight list, flags, static shapes); ``Emitter``
+inserts new ATen nodes and gives each a fake-tensor ``meta["val"]`` so later passes (and a
+second pass of this family) still know shapes; ``decompose_recurrent`` unrolls every layer
+and direction over time around a per-gate-type cell function, with the input projection
+of the whole sequence hoisted into one ``aten.linear`` per layer and direction.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch._guards import detect_fake_mode
+from torch.fx import Graph, GraphModule, Node
+from torch.utils import _pytree as pytree
+
+from mcu_npu.errors import UnsupportedModelError
+
+aten = torch.ops.aten
+
+_COPIED_META = ("nn_module_stack", "stack_trace")
+
+
+class ProjSizeNotSupportedError(UnsupportedModelError, NotImplementedError):
+    """An LSTM with ``proj_size > 0`` was given; only ``proj_size == 0`` is handled."""
+
+
+PROJ_SIZE_MESSAGE = (
+    "LSTM with proj_size > 0 is not supported: build the LSTM with proj_size=0 "
+    "(add an nn.Linear after it if a smaller output is needed) and retrain, "
+    "or leave the model's aten.lstm to a backend that runs it as is."
+)
+
+
+def _bind(node: Node) -> dict:
+    """Name every argument of an OpOverload call node from its schema (positional or keyword)."""
+    schema = node.target._schema
+    bound = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args):
+            bound[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            bound[arg.name] = node.kwargs[arg.name]
+        else:
+            bound[arg.name] = arg.default_value
+    return bound
+
+
+def static_shape(node: Node, gm: GraphModule | None = None) -> tuple[int, ...]:
+    """Static shape of a tensor node, from ``meta["val"]`` or the module attribute it names."""
+    val = node.meta.get("val")
+    if val is None and gm is not None and node.op == "get_attr":
+        val = operator.attrgetter(node.target)(gm)
+    if not isinstance(val, torch.Tensor):
+        raise UnsupportedModelError(
+            f"{node.format_node()} has no shape metadata; run the pass on a graph from torch.export"
+        )
+    shape = tuple(val.shape)
+    if not all(isinstance(s, int) for s in shape):
+        raise UnsupportedModelError(f"{node.name} has dynamic shape {shape}; recurrent ops need static shapes")
+    return shape
+
+
+@dataclass
+class RecurrentCall:
+    """One ``aten.{gru,rnn_tanh,rnn_relu,lstm}.input`` node, its weights and flags."""
+
+    node: Node
+    input: Node
+    hx: tuple[Node, ...]
+    params: tuple[Node, ...]
+    has_biases: bool
+    num_layers: int
+    dropout: float
+    train: bool
+    bidirectional: bool
+    batch_first: bool
+
+    @classmethod
+    def from_node(cls, node: Node) -> "RecurrentCall":
+        a = _bind(node)
+        hx = a["hx"]
+        call = cls(
+            node=node, input=a["input"], hx=tuple(hx) if isinstance(hx, (list, tuple)) else (hx,),
+            params=tuple(a["params"]), has_biases=bool(a["has_biases"]), num_layers=int(a["num_layers"]),
+            dropout=float(a["dropout"]), train=bool(a["train"]), bidirectional=bool(a["bidirectional"]),
+            batch_first=bool(a["batch_first"]),
+        )
+        if len(call.params) != call.num_layers * call.num_directions * call.params_per_cell:
+            if node.target == aten.lstm.input:
+                raise ProjSizeNotSupportedError(PROJ_SIZE_MESSAGE)
+            raise UnsupportedModelError(f"{node.name}: unexpected number of weights {len(call.params)}")
+        return call
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    @property
+    def params_per_cell(self) -> int:
+        return 4 if self.has_biases else 2
+
+    @property
+    def time_dim(self) -> int:
+        return 1 if self.batch_first else 0
+
+    @property
+    def applies_dropout(self) -> bool:
+        return self.train and self.dropout > 0
+
+    def cell_params(self, layer: int, direction: int) -> tuple[Node, Node, Node | None, Node | None]:
+        """``(w_ih, w_hh, b_ih, b_hh)`` of one layer and direction (biases None without bias)."""
+        k = self.params_per_cell
+        start = (layer * self.num_directions + direction) * k
+        group = self.params[start:start + k]
+        return (group[0], group[1], group[2], group[3]) if self.has_biases else (group[0], group[1], None, None)
+
+    def layer_params(self, layer: int) -> list[Node]:
+        """The flat weight list of one layer, all directions, as a single-layer call takes it."""
+        k = self.params_per_cell * self.num_directions
+        return list(self.params[layer * k:(layer + 1) * k])
+
+
+class Emitter:
+    """Inserts ATen calls before a node, copying its provenance and computing fake ``val``s."""
+
+    def __init__(self, graph: Graph, source: Node):
+        self.graph = graph
+        self.source = source
+
+    def __call__(self, op: Callable, *args) -> Node:
+        with self.graph.inserting_before(self.source):
+            node = self.graph.call_function(op, tuple(args))
+        for key in _COPIED_META:
+            if key in self.source.meta:
+                node.meta[key] = self.source.meta[key]
+        val = self._fake_val(op, args)
+        if val is not None:
+            node.meta["val"] = val
+        return node
+
+    @staticmethod
+    def _fake_val(op: Callable, args: Sequence):
+        missing = object()
+        vals = pytree.tree_map_only(Node, lambda n: n.meta.get("val", missing), tuple(args))
+        flat = pytree.tree_leaves(vals)
+        if any(v is missing for v in flat):
+            return None
+        mode = detect_fake_mode(flat)
+        if mode is None:
+            return None
+        with mode:
+            return op(*vals)
+
+
+def replace_outputs(gm: GraphModule, node: Node, outputs: Sequence[Node]) -> None:
+    """Route every ``getitem(node, i)`` to ``outputs[i]`` and erase ``node``."""
+    for user in list(node.users):
+        if user.op != "call_function" or user.target is not operator.getitem:
+            raise UnsupportedModelError(f"{node.name} is used by {user.format_node()}, expected getitem")
+        user.replace_all_uses_with(outputs[user.args[1]])
+        gm.graph.erase_node(user)
+    gm.graph.erase_node(node)
+
+
+def finish(gm: GraphModule) -> None:
+    """Check the edited graph and regenerate the module's code."""
+    gm.graph.lint()
+    gm.recompile()
+
+
+# A cell maps (emit, input projection of one step, recurrent projection, state) to the new state;
+# state[0] is the hidden state that is also the step's output.
+Cell = Callable[[Emitter, Node, Node, tuple[Node, ...], int], tuple[Node, ...]]
+
+
+def decompose_recurrent(gm: GraphModule, call: RecurrentCall, cell: Cell) -> list[Node]:
+    """Unroll ``call`` into elementary ops; returns ``[output, *final_states]``."""
+    emit = Emitter(gm.graph, call.node)
+    seq_len = static_shape(call.input)[call.time_dim]
+    td = call.time_dim
+    x = call.input
+    finals: list[list[Node]] = [[] for _ in call.hx]
+    for layer in range(call.num_layers):
+        outputs = []
+        for direction in range(call.num_directions):
+            w_ih, w_hh, b_ih, b_hh = call.cell_params(layer, direction)
+            hidden = static_shape(w_hh, gm)[1]
+            x_proj = emit(aten.linear.default, x, w_ih, b_ih)
+            index = layer * call.num_directions + direction
+            state = tuple(emit(aten.select.int, h, 0, index) for h in call.hx)
+            steps = [None] * seq_len
+            for t in (range(seq_len) if direction == 0 else reversed(range(seq_len))):
+                x_t = emit(aten.select.int, x_proj, td, t)
+                h_proj = emit(aten.linear.default, state[0], w_hh, b_hh)
+                state = cell(emit, x_t, h_proj, state, hidden)
+                steps[t] = emit(aten.unsqueeze.default, state[0], td)
+            outputs.append(concat(emit, steps, td))
+            for acc, s in zip(finals, state):
+                acc.append(emit(aten.unsqueeze.default, s, 0))
+        x = concat(emit, outputs, 2)
+        if call.applies_dropout and layer < call.num_layers - 1:
+            x = emit(aten.dropout.default, x, call.dropout, True)
+    return [x] + [concat(emit, acc, 0) for acc in finals]
+
+
+def concat(emit: Emitter, nodes: Sequence[Node], dim: int) -> Node:
+    """``aten.cat`` of ``nodes``, or the node itself when there is only one."""
+    return nodes[0] if len(nodes) == 1 else emit(aten.cat.default, list(nodes), dim)
+
+
+def gate(emit: Emitter, proj: Node, index: int, hidden: int) -> Node:
+    """Columns of gate ``index`` (of width ``hidden``) from a ``[B, G*hidden]`` projection."""
+    return gates(emit, proj, index, 1, hidden)
+
+
+def gates(emit: Emitter, proj: Node, first: int, count: int, hidden: int) -> Node:
+    """``count`` adjacent gates starting at gate ``first`` of a ``[B, G*hidden]`` projection."""
+    return emit(aten.slice.Tensor, proj, 1, first * hidden, (first + count) * hidden)
+
+
+def run_decomposition(gm: GraphModule, targets: Sequence, cell_for: Callable[[Node], Cell]) -> bool:
+    """Decompose every call to one of ``targets`` in ``gm``; True when something changed."""
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in targets]
+    for node in nodes:
+        call = RecurrentCall.from_node(node)
+        replace_outputs(gm, node, decompose_recurrent(gm, call, cell_for(node)))
+    if nodes:
+        finish(gm)
+    return bool(nodes)

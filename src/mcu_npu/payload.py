@@ -1,0 +1,93 @@
+"""The mcu-npu payload container: named, 16-byte aligned sections behind a small header.
+
+Layout (little endian)::
+
+    b"MNPU" | u16 version | u16 section count | count x (name: 16 bytes NUL-padded,
+    u32 offset, u32 size) | section data, each starting at a 16-byte boundary
+
+Sections used: ``meta`` (UTF-8 JSON: compiler, target, partition inputs / outputs with their
+layout and quantization, compiler statistics) and ``tflite`` (the partition's int8 TFLite
+graph). docs/payload.md documents this and the vendor layouts.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import asdict
+
+from .errors import InvalidProgramError
+from .tflite import IOSpec, TFLiteModel
+
+MAGIC = b"MNPU"
+VERSION = 1
+ALIGN = 16
+_HEADER = struct.Struct("<4sHH")
+_ENTRY = struct.Struct("<16sII")
+
+
+def _pad(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def pack(sections: dict[str, bytes]) -> bytes:
+    """Serialize ``sections`` (name -> bytes) into one container."""
+    table_end = _pad(_HEADER.size + _ENTRY.size * len(sections))
+    entries, blobs, offset = [], [], table_end
+    for name, data in sections.items():
+        if len(name.encode()) > 16:
+            raise ValueError(f"section name {name!r} is longer than 16 bytes")
+        entries.append(_ENTRY.pack(name.encode(), offset, len(data)))
+        blobs.append(data + b"\0" * (_pad(len(data)) - len(data)))
+        offset += _pad(len(data))
+    head = _HEADER.pack(MAGIC, VERSION, len(sections)) + b"".join(entries)
+    return head + b"\0" * (table_end - len(head)) + b"".join(blobs)
+
+
+def is_container(buffer: bytes) -> bool:
+    return bytes(buffer[:4]) == MAGIC
+
+
+def unpack(buffer: bytes) -> dict[str, bytes]:
+    """Sections of a container; InvalidProgramError when the bytes are not one."""
+    buffer = bytes(buffer)
+    if len(buffer) < _HEADER.size or not is_container(buffer):
+        raise InvalidProgramError("delegate payload is not an mcu-npu container (bad magic)")
+    _, version, count = _HEADER.unpack_from(buffer)
+    if version != VERSION:
+        raise InvalidProgramError(f"payload container version {version} is not supported "
+                                  f"(this mcu-npu reads version {VERSION})")
+    sections = {}
+    for i in range(count):
+        name, offset, size = _ENTRY.unpack_from(buffer, _HEADER.size + i * _ENTRY.size)
+        if offset + size > len(buffer):
+            raise InvalidProgramError("payload container is truncated")
+        sections[name.rstrip(b"\0").decode()] = buffer[offset:offset + size]
+    return sections
+
+
+def model_meta(model: TFLiteModel) -> dict:
+    return {"inputs": [asdict(s) for s in model.inputs],
+            "outputs": [asdict(s) for s in model.outputs]}
+
+
+def pack_reference(model: TFLiteModel, meta: dict) -> bytes:
+    """A payload carrying the TFLite graph itself (run by the host emulator)."""
+    meta = {**meta, **model_meta(model)}
+    return pack({"meta": json.dumps(meta).encode(), "tflite": model.buffer})
+
+
+def unpack_reference(buffer: bytes) -> tuple[TFLiteModel, dict]:
+    """(TFLiteModel, meta) of a payload written by ``pack_reference``."""
+    sections = unpack(buffer)
+    try:
+        meta = json.loads(sections["meta"])
+        tflite = sections["tflite"]
+    except (KeyError, ValueError) as exc:
+        raise InvalidProgramError(f"payload container lacks a valid section: {exc}") from None
+
+    def specs(key):
+        return tuple(IOSpec(**{**s, "shape": tuple(s["shape"]), "perm": tuple(s["perm"])})
+                     for s in meta[key])
+
+    return TFLiteModel(tflite, specs("inputs"), specs("outputs")), meta

@@ -1,0 +1,195 @@
+"""Pattern annotators: one small function per operator group, keyed by ATen op packets.
+
+Each annotator receives the node and the quantizer's specs and writes a
+``QuantizationAnnotation`` into ``node.meta``. The rules mirror what TFLite int8 kernels need:
+conv / linear followed by a clamping activation share one output quantization, data movement
+ops reuse their input's parameters, and fixed-range activations get the fixed parameters.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Callable
+
+import torch
+from torch.fx import Node
+from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
+
+from .qspecs import QuantSpecs
+
+aten = torch.ops.aten
+KEY = "quantization_annotation"
+
+Annotator = Callable[[Node, QuantSpecs], None]
+ANNOTATORS: dict[object, Annotator] = {}
+
+
+def annotates(*packets):
+    """Register an annotator for ATen op packets (``aten.relu``), refusing duplicates."""
+
+    def register(fn: Annotator) -> Annotator:
+        for packet in packets:
+            if packet in ANNOTATORS:
+                raise ValueError(f"{packet} already has an annotator")
+            ANNOTATORS[packet] = fn
+        return fn
+
+    return register
+
+
+def packet_of(node: Node):
+    target = node.target
+    return getattr(target, "overloadpacket", target)
+
+
+def is_annotated(node: Node) -> bool:
+    ann = node.meta.get(KEY)
+    return ann is not None and ann._annotated
+
+
+def _set(node: Node, inputs: dict, output) -> None:
+    node.meta[KEY] = QuantizationAnnotation(
+        input_qspec_map=inputs, output_qspec=output, _annotated=True
+    )
+
+
+def _output_spec(node: Node):
+    ann = node.meta.get(KEY)
+    return None if ann is None else ann.output_qspec
+
+
+def _act_input(producer: Node, specs: QuantSpecs):
+    """Spec for an activation input: reuse the producer's parameters when it has them."""
+    if _output_spec(producer) is not None:
+        return SharedQuantizationSpec(producer)
+    return specs.activation
+
+
+def _tensor_args(node: Node) -> list[Node]:
+    return [a for a in node.args if isinstance(a, Node)]
+
+
+# Activations that clamp a conv / linear result and can be fused into it in TFLite.
+FUSABLE_ACTIVATIONS = {aten.relu, aten.relu_, aten.relu6, aten.hardtanh, aten.hardtanh_,
+                       aten.clamp, aten.clamp_}
+
+
+def fused_activation(node: Node) -> Node | None:
+    """The clamping activation that is the only user of ``node``, if any."""
+    if len(node.users) != 1:
+        return None
+    (user,) = node.users
+    if user.op == "call_function" and packet_of(user) in FUSABLE_ACTIVATIONS:
+        if user.args[0] is node and not is_annotated(user):
+            return user
+    return None
+
+
+def _annotate_weighted(node: Node, specs: QuantSpecs, weight_axis: int) -> None:
+    x, w = node.args[0], node.args[1]
+    bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    inputs = {x: _act_input(x, specs), w: specs.weight(weight_axis)}
+    if isinstance(bias, Node):
+        inputs[bias] = specs.bias((x, node), (w, node))
+    act = fused_activation(node)
+    if act is None:
+        _set(node, inputs, specs.activation)
+    else:
+        _set(node, inputs, None)
+        _set(act, {}, specs.activation)
+
+
+@annotates(aten.conv1d, aten.conv2d, aten.linear)
+def annotate_conv_linear(node: Node, specs: QuantSpecs) -> None:
+    """Conv / linear: per-channel weights on axis 0, int32 bias, fused clamp activation."""
+    _annotate_weighted(node, specs, weight_axis=0)
+
+
+@annotates(aten.conv_transpose1d, aten.conv_transpose2d)
+def annotate_conv_transpose(node: Node, specs: QuantSpecs) -> None:
+    """Transposed conv: weights are [in, out/groups, ...]; output channels sit on axis 1."""
+    groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+    if groups != 1:
+        return  # per-channel axis would mix groups; left unquantized, so not delegated
+    _annotate_weighted(node, specs, weight_axis=1)
+
+
+@annotates(aten.add, aten.add_, aten.sub, aten.sub_, aten.mul, aten.mul_, aten.mm, aten.bmm,
+           aten.matmul)
+def annotate_binary(node: Node, specs: QuantSpecs) -> None:
+    """Two-operand arithmetic: every tensor operand and the output get their own parameters."""
+    inputs = {a: _act_input(a, specs) for a in _tensor_args(node)[:2]}
+    if not inputs:
+        return
+    act = fused_activation(node) if packet_of(node) in (aten.add, aten.add_) else None
+    if act is None:
+        _set(node, inputs, specs.activation)
+    else:
+        _set(node, inputs, None)
+        _set(act, {}, specs.activation)
+
+
+@annotates(aten.relu, aten.relu_, aten.leaky_relu, aten.leaky_relu_, aten.hardswish,
+           aten.hardswish_, aten.mean, aten.hardsigmoid)
+def annotate_unary(node: Node, specs: QuantSpecs) -> None:
+    """Ops whose TFLite kernel requantizes: input and output have independent parameters."""
+    x = node.args[0]
+    _set(node, {x: _act_input(x, specs)}, specs.activation)
+
+
+@annotates(aten.prelu, aten._prelu_kernel)
+def annotate_prelu(node: Node, specs: QuantSpecs) -> None:
+    """PReLU: the slope tensor is an int8 per-tensor constant."""
+    x, slope = node.args[0], node.args[1]
+    _set(node, {x: _act_input(x, specs), slope: specs.per_tensor_weight}, specs.activation)
+
+
+def _fixed(kind: str) -> Annotator:
+    def annotate(node: Node, specs: QuantSpecs) -> None:
+        x = node.args[0]
+        _set(node, {x: _act_input(x, specs)}, specs.fixed(kind))
+
+    annotate.__doc__ = f"{kind}: output parameters fixed by the TFLite int8 kernel."
+    return annotate
+
+
+ANNOTATORS[aten.sigmoid] = ANNOTATORS[aten.sigmoid_] = _fixed("sigmoid")
+ANNOTATORS[aten.tanh] = ANNOTATORS[aten.tanh_] = _fixed("tanh")
+ANNOTATORS[aten.softmax] = ANNOTATORS[aten._softmax] = _fixed("softmax")
+
+
+@annotates(
+    aten.max_pool2d, aten.avg_pool2d, aten.adaptive_avg_pool2d, aten.hardtanh, aten.hardtanh_,
+    aten.relu6, aten.clamp, aten.clamp_, aten.view, aten.reshape, aten.flatten, aten.permute,
+    aten.transpose, aten.t, aten.squeeze, aten.unsqueeze, aten.slice, aten.select, aten.pad,
+    aten.constant_pad_nd, aten.contiguous, aten.clone, aten.dropout, aten.expand,
+)
+def annotate_shared(node: Node, specs: QuantSpecs) -> None:
+    """Data movement (and clamps, pools): the output reuses the input's parameters."""
+    x = node.args[0]
+    if not isinstance(x, Node):
+        return
+    _set(node, {x: _act_input(x, specs)}, SharedQuantizationSpec((x, node)))
+
+
+@annotates(aten.cat, aten.concat, aten.concatenate)
+def annotate_cat(node: Node, specs: QuantSpecs) -> None:
+    """Concatenation: TFLite int8 needs every input and the output on one set of parameters."""
+    tensors = [t for t in node.args[0] if isinstance(t, Node)]
+    if not tensors:
+        return
+    first = tensors[0]
+    inputs = {first: _act_input(first, specs)}
+    for t in tensors[1:]:
+        inputs.setdefault(t, SharedQuantizationSpec((first, node)))
+    _set(node, inputs, SharedQuantizationSpec((first, node)))
+
+
+@annotates(aten.split, aten.split_with_sizes, aten.chunk, aten.unbind)
+def annotate_split(node: Node, specs: QuantSpecs) -> None:
+    """Split: every piece (a getitem of the result) reuses the input's parameters."""
+    x = node.args[0]
+    _set(node, {x: _act_input(x, specs)}, None)
+    for user in node.users:
+        if user.target is operator.getitem:
+            _set(user, {}, SharedQuantizationSpec((x, node)))

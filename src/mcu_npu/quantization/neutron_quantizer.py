@@ -1,0 +1,87 @@
+"""The PT2E quantizer for the eIQ Neutron NPU."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+from torch.fx import GraphModule, Node
+from torchao.quantization.pt2e.quantizer import Quantizer
+
+from .annotators import ANNOTATORS, packet_of
+from .qspecs import QuantSpecs
+
+NodeFilter = Callable[[Node], bool]
+
+
+class NeutronQuantizer(Quantizer):
+    """int8 quantizer whose choices the TFLite int8 kernels and the Neutron NPU accept.
+
+    Use with torchao's ``prepare_pt2e`` (``is_qat=False``) or ``prepare_qat_pt2e``
+    (``is_qat=True``) and ``convert_pt2e``. ``node_filter`` restricts annotation to the nodes
+    it accepts, which lets this quantizer be composed with another one.
+    ``aten_passes`` run in ``transform_for_annotation`` (e.g. the recurrent decompositions).
+    """
+
+    def __init__(
+        self,
+        *,
+        is_qat: bool = False,
+        node_filter: NodeFilter | None = None,
+        aten_passes: Iterable = (),
+    ):
+        super().__init__()
+        self.is_qat = is_qat
+        self.specs = QuantSpecs(is_qat=is_qat)
+        self.node_filter = node_filter
+        self.aten_passes = list(aten_passes)
+
+    def transform_for_annotation(self, model: GraphModule) -> GraphModule:
+        for p in self.aten_passes:
+            result = p(model)
+            model = result.graph_module if result is not None else model
+        return model
+
+    def annotate(self, model: GraphModule) -> GraphModule:
+        for node in model.graph.nodes:
+            if node.op != "call_function" or "quantization_annotation" in node.meta:
+                continue
+            annotator = ANNOTATORS.get(packet_of(node))
+            if annotator is None:
+                continue
+            if self.node_filter is not None and not self.node_filter(node):
+                continue
+            annotator(node, self.specs)
+        return model
+
+    def validate(self, model: GraphModule) -> None:
+        return None
+
+    @staticmethod
+    def supported_ops() -> list:
+        """ATen op packets this quantizer annotates."""
+        return sorted(ANNOTATORS, key=str)
+
+
+def quantize(
+    model: torch.nn.Module | GraphModule,
+    example_inputs: tuple,
+    calibration: Iterable[tuple] | None = None,
+    quantizer: Quantizer | None = None,
+) -> GraphModule:
+    """Export (if needed), prepare, calibrate and convert ``model``; returns the PT2E module.
+
+    The result is the quantized reference: running it in PyTorch gives the numbers an int8
+    deployment must reproduce.
+    """
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = quantizer or NeutronQuantizer()
+    if not isinstance(model, GraphModule):
+        model = torch.export.export(model.eval(), tuple(example_inputs)).module(
+            check_guards=False
+        )
+    prepared = prepare_pt2e(model, quantizer)
+    for sample in calibration if calibration is not None else [tuple(example_inputs)]:
+        prepared(*sample)
+    return convert_pt2e(prepared)

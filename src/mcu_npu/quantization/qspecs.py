@@ -1,0 +1,117 @@
+"""Quantization specs whose choices TFLite int8 kernels accept.
+
+Activations: int8 asymmetric per-tensor. Weights: int8 symmetric per-channel (range
+[-127, 127], as TFLite requires). Bias: int32 with scale = input scale * weight scale, zero
+point 0. Outputs of sigmoid, tanh and softmax: the fixed parameters the TFLite int8 kernels
+demand, so the converter never needs a requantize for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torchao.quantization.pt2e.fake_quantize import FakeQuantize
+from torchao.quantization.pt2e.observer import (
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    MovingAveragePerChannelMinMaxObserver,
+    PerChannelMinMaxObserver,
+)
+from torchao.quantization.pt2e.quantizer import (
+    DerivedQuantizationSpec,
+    FixedQParamsQuantizationSpec,
+    QuantizationSpec,
+)
+
+INT8_MIN, INT8_MAX = -128, 127
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+# Output parameters fixed by the TFLite int8 kernels (scale, zero point).
+FIXED_QPARAMS = {
+    "sigmoid": (1.0 / 256.0, -128),
+    "softmax": (1.0 / 256.0, -128),
+    "tanh": (1.0 / 128.0, 0),
+}
+
+
+@dataclass(frozen=True)
+class QuantSpecs:
+    """The set of specs one quantizer hands out; ``is_qat`` picks fake-quantize modules."""
+
+    is_qat: bool = False
+
+    @property
+    def activation(self) -> QuantizationSpec:
+        if self.is_qat:
+            ctr = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver)
+        else:
+            ctr = MinMaxObserver.with_args(eps=2**-20)
+        return QuantizationSpec(
+            dtype=torch.int8,
+            quant_min=INT8_MIN,
+            quant_max=INT8_MAX,
+            qscheme=torch.per_tensor_affine,
+            observer_or_fake_quant_ctr=ctr,
+        )
+
+    def weight(self, ch_axis: int = 0) -> QuantizationSpec:
+        if self.is_qat:
+            ctr = FakeQuantize.with_args(observer=MovingAveragePerChannelMinMaxObserver)
+        else:
+            ctr = PerChannelMinMaxObserver.with_args(eps=2**-20)
+        return QuantizationSpec(
+            dtype=torch.int8,
+            quant_min=-INT8_MAX,
+            quant_max=INT8_MAX,
+            qscheme=torch.per_channel_symmetric,
+            ch_axis=ch_axis,
+            observer_or_fake_quant_ctr=ctr,
+        )
+
+    @property
+    def per_tensor_weight(self) -> QuantizationSpec:
+        """Per-tensor int8 for small parameter tensors such as PReLU slopes."""
+        if self.is_qat:
+            ctr = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver)
+        else:
+            ctr = MinMaxObserver.with_args(eps=2**-20)
+        return QuantizationSpec(
+            dtype=torch.int8,
+            quant_min=INT8_MIN,
+            quant_max=INT8_MAX,
+            qscheme=torch.per_tensor_affine,
+            observer_or_fake_quant_ctr=ctr,
+        )
+
+    @staticmethod
+    def fixed(kind: str) -> FixedQParamsQuantizationSpec:
+        scale, zero_point = FIXED_QPARAMS[kind]
+        return FixedQParamsQuantizationSpec(
+            dtype=torch.int8,
+            scale=scale,
+            zero_point=zero_point,
+            quant_min=INT8_MIN,
+            quant_max=INT8_MAX,
+            qscheme=torch.per_tensor_affine,
+        )
+
+    @staticmethod
+    def bias(act_edge, weight_edge, per_channel: bool = True) -> DerivedQuantizationSpec:
+        """int32 bias whose scale is the product of the input and weight scales."""
+
+        def derive(observers):
+            act_scale, _ = observers[0].calculate_qparams()
+            w_scale, _ = observers[1].calculate_qparams()
+            scale = (act_scale * w_scale).to(torch.float32)
+            return scale, torch.zeros_like(scale, dtype=torch.int32)
+
+        return DerivedQuantizationSpec(
+            derived_from=[act_edge, weight_edge],
+            derive_qparams_fn=derive,
+            dtype=torch.int32,
+            quant_min=INT32_MIN,
+            quant_max=INT32_MAX,
+            qscheme=torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric,
+            ch_axis=0,
+        )

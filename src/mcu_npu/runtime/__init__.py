@@ -1,0 +1,1 @@
+"""Host execution: LiteRT-backed NPU emulation (and, with the backend, .pte programs)."""

@@ -1,0 +1,267 @@
+"""Conversion state shared by the operator converters.
+
+A ``Value`` is what a graph node becomes in TFLite: a tensor (or a constant not yet
+materialized) plus its layout ``perm`` and quantization. Quantize / dequantize pairs inside a
+partition disappear: a dequantize node simply maps to the int8 value it reads.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from ai_edge_litert import schema_py_generated as schema
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from ..errors import ConversionError
+from . import layout
+from .args import shape_of
+from .builder import ModelBuilder
+from .ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
+
+OP = schema.BuiltinOperator
+
+
+@dataclass(frozen=True)
+class QParams:
+    """Affine quantization: ``real = scale * (q - zero_point)``, per tensor or along ``axis``."""
+
+    scale: tuple[float, ...]
+    zero_point: tuple[int, ...]
+    qmin: int = -128
+    qmax: int = 127
+    axis: int = 0
+    dtype: np.dtype = np.dtype(np.int8)
+
+    @property
+    def per_channel(self) -> bool:
+        return len(self.scale) > 1
+
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        s = np.asarray(self.scale, dtype=np.float64)
+        z = np.asarray(self.zero_point, dtype=np.int64)
+        if self.per_channel:
+            shape = [1] * x.ndim
+            shape[self.axis] = -1
+            s, z = s.reshape(shape), z.reshape(shape)
+        q = np.round(np.asarray(x, dtype=np.float64) / s) + z
+        return np.clip(q, self.qmin, self.qmax).astype(self.dtype)
+
+    def same_as(self, other: "QParams | None") -> bool:
+        return other is not None and np.allclose(self.scale, other.scale, rtol=1e-6) and \
+            self.zero_point == other.zero_point
+
+
+@dataclass(eq=False)
+class Value:
+    """A converted node: ``tensor`` holds ``torch_value.permute(perm)``; constants keep ``data``."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    q: QParams | None
+    perm: tuple[int, ...]
+    tensor: int | None = None
+    data: np.ndarray | None = None  # constant contents in PyTorch layout
+    _layouts: dict = field(default_factory=dict)
+
+    @property
+    def is_const(self) -> bool:
+        return self.data is not None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """How a partition input or output maps to a TFLite tensor.
+
+    ``perm``: the TFLite tensor is the PyTorch tensor permuted by it (the layout).
+    ``quantized_outside``: True when the partition's PyTorch side is float and the caller
+    quantizes (inputs) or dequantizes (outputs) with ``scale`` / ``zero_point``.
+    """
+
+    name: str
+    index: int
+    shape: tuple[int, ...]
+    perm: tuple[int, ...]
+    dtype: str
+    scale: float
+    zero_point: int
+    quantized_outside: bool
+
+
+def _is(node, targets) -> bool:
+    return isinstance(node, Node) and node.op == "call_function" and node.target in targets
+
+
+class Context:
+    """Everything a converter needs: the program, the builder, values and helper emitters."""
+
+    def __init__(self, program: ExportedProgram, builder: ModelBuilder, target=None):
+        self.program = program
+        self.builder = builder
+        self.target = target
+        self.values: dict[Node, Value] = {}
+        sig = program.graph_signature
+        self._const_names = {
+            **sig.inputs_to_parameters,
+            **sig.inputs_to_buffers,
+            **sig.inputs_to_lifted_tensor_constants,
+        }
+
+    # constants ---------------------------------------------------------------------------
+    def is_constant(self, node) -> bool:
+        return isinstance(node, Node) and node.op == "placeholder" and node.name in self._const_names
+
+    def constant(self, node: Node) -> torch.Tensor:
+        name = self._const_names[node.name]
+        if name in self.program.state_dict:
+            return self.program.state_dict[name]
+        return self.program.constants[name]
+
+    def qparams(self, qdq: Node) -> QParams:
+        """Quantization parameters of a quantize / dequantize node."""
+        args = list(qdq.args)
+        if _is(qdq, DEQUANTIZE_PER_CHANNEL):
+            scale = self._tensor_arg(args[1]).reshape(-1)
+            zp = self._tensor_arg(args[2]).reshape(-1)
+            qmin, qmax, dtype, axis = args[4], args[5], args[6], args[3]
+        else:
+            scale = [float(self._scalar_arg(args[1]))]
+            zp = [int(self._scalar_arg(args[2]))]
+            qmin, qmax, dtype, axis = args[3], args[4], args[5], 0
+        return QParams(
+            scale=tuple(float(s) for s in scale),
+            zero_point=tuple(int(z) for z in zp),
+            qmin=int(qmin),
+            qmax=int(qmax),
+            axis=int(axis),
+            dtype=np.dtype(torch.empty(0, dtype=dtype).numpy().dtype),
+        )
+
+    def _tensor_arg(self, arg) -> np.ndarray:
+        if isinstance(arg, Node):
+            return self.constant(arg).detach().numpy()
+        return np.asarray(arg)
+
+    def _scalar_arg(self, arg):
+        return self._tensor_arg(arg).item() if isinstance(arg, Node) else arg
+
+    # values ------------------------------------------------------------------------------
+    def value(self, arg) -> Value:
+        """The converted value an argument refers to (seen through dequantize nodes)."""
+        if arg in self.values:
+            return self.values[arg]
+        if _is(arg, DEQUANTIZE + DEQUANTIZE_PER_CHANNEL):
+            src = arg.args[0]
+            if self.is_constant(src):
+                data = self.constant(src).detach().numpy()
+                q = self.qparams(arg)
+                return self._remember(arg, Value(data.shape, q.dtype, q, layout.identity(data.ndim),
+                                                 data=data))
+            return self._remember(arg, self.value(src))
+        if self.is_constant(arg):
+            data = self.constant(arg).detach().numpy()
+            return self._remember(arg, Value(data.shape, data.dtype, None,
+                                             layout.identity(data.ndim), data=data))
+        raise ConversionError(f"node {arg} feeds the partition but was not converted")
+
+    def _remember(self, node: Node, value: Value) -> Value:
+        self.values[node] = value
+        return value
+
+    def define(self, node: Node, value: Value) -> Value:
+        """Bind ``node`` (and the quantize nodes reading it with the same parameters)."""
+        self.values[node] = value
+        for user in node.users:
+            if _is(user, QUANTIZE) and value.q is not None and self.qparams(user).same_as(value.q):
+                self.values[user] = value
+        return value
+
+    def output_q(self, node: Node) -> QParams:
+        """The quantization of ``node``'s output, read from the quantize nodes that consume it."""
+        qs = [self.qparams(u) for u in node.users if _is(u, QUANTIZE)]
+        if not qs or len(qs) != len(node.users):
+            raise ConversionError(f"{node.name}: output is not quantized")
+        return qs[0]
+
+    def new_value(self, name: str, shape, q: QParams | None, perm=None, dtype=None) -> Value:
+        """A fresh activation tensor for an op output, laid out as ``perm``."""
+        shape = tuple(int(d) for d in shape)
+        perm = tuple(perm) if perm is not None else layout.identity(len(shape))
+        dtype = np.dtype(dtype) if dtype is not None else (q.dtype if q else np.dtype(np.float32))
+        idx = self.builder.add_tensor(
+            name, layout.permute_shape(shape, perm), dtype,
+            scale=None if q is None else q.scale, zero_point=None if q is None else q.zero_point,
+        )
+        v = Value(shape, dtype, q, perm, tensor=idx)
+        v._layouts[perm] = idx
+        return v
+
+    def output_value(self, node: Node, shape=None, perm=None, q: QParams | None = None) -> Value:
+        """Create and bind the output value of ``node`` (quantized as its consumers say)."""
+        shape = shape_of(node) if shape is None else shape
+        return self.define(node, self.new_value(node.name, shape, q or self.output_q(node), perm))
+
+    # layout ------------------------------------------------------------------------------
+    def tensor(self, value: Value, perm=None) -> int:
+        """Index of a TFLite tensor holding ``value`` laid out as ``perm`` (default: its own)."""
+        perm = value.perm if perm is None else tuple(perm)
+        if perm in value._layouts:
+            return value._layouts[perm]
+        if value.is_const:
+            idx = self._const_tensor(value, perm)
+        else:
+            src = self.tensor(value)
+            shape = layout.permute_shape(value.shape, perm)
+            idx = self.builder.add_tensor(
+                f"{self.builder.tensor(src).name}/{''.join(map(str, perm))}", shape, value.dtype,
+                scale=None if value.q is None else value.q.scale,
+                zero_point=None if value.q is None else value.q.zero_point,
+            )
+            if layout.same_memory_order(value.shape, value.perm, perm):
+                self.reshape_op(src, idx, shape)
+            else:
+                self.op(OP.TRANSPOSE, [src, self.int32(layout.relative(value.perm, perm))], [idx],
+                        schema.TransposeOptionsT())
+        value._layouts[perm] = idx
+        return idx
+
+    def _const_tensor(self, value: Value, perm) -> int:
+        data = np.transpose(value.data, perm) if value.rank else value.data
+        q = value.q
+        axis = perm.index(q.axis) if q is not None and q.per_channel else 0
+        return self.builder.add_tensor(
+            f"const{len(self.builder.graph.tensors)}", data.shape, data.dtype,
+            scale=None if q is None else q.scale, zero_point=None if q is None else q.zero_point,
+            axis=axis, data=data,
+        )
+
+    # emitters ----------------------------------------------------------------------------
+    def op(self, code: int, inputs, outputs, options=None) -> int:
+        return self.builder.add_operator(code, inputs, outputs, options)
+
+    def int32(self, values) -> int:
+        data = np.asarray(values, dtype=np.int32)
+        return self.builder.add_tensor(f"i32_{len(self.builder.graph.tensors)}", data.shape,
+                                       np.int32, data=data)
+
+    def reshape_op(self, src: int, dst: int, shape) -> None:
+        opts = schema.ReshapeOptionsT()
+        opts.newShape = [int(d) for d in shape]
+        self.op(OP.RESHAPE, [src, self.int32(list(shape))], [dst], opts)
+
+    def const_value(self, data: np.ndarray, q: QParams | None) -> Value:
+        """A constant operand: float data is quantized with ``q`` when given."""
+        data = np.asarray(data)
+        if q is not None and data.dtype.kind == "f":
+            data = q.quantize(data)
+        return Value(data.shape, data.dtype, q, layout.identity(data.ndim), data=data)
+
+    def getitem_users(self, node: Node) -> dict[int, Node]:
+        return {u.args[1]: u for u in node.users if u.target is operator.getitem}

@@ -1,0 +1,155 @@
+"""Edge partition -> TFLite int8 flatbuffer.
+
+The walk is linear over the graph: quantize/dequantize nodes fold into tensor quantization,
+every other node goes to the converter registered for its Edge op. Partition inputs and
+outputs are int8 TFLite tensors; ``IOSpec`` says how each maps back to PyTorch (layout and,
+for float boundaries, the quantization the caller applies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+from torch.fx import Node
+
+from ..errors import ConversionError
+from . import layout
+from .args import shape_of
+from .builder import ModelBuilder
+from .context import OP, Context, IOSpec, Value, _is
+from .ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE, aten
+from .registry import lookup
+
+CHANNELS_LAST_OPS = {
+    aten.convolution.default,
+    aten.max_pool2d_with_indices.default,
+    aten.max_pool2d.default,
+    aten.avg_pool2d.default,
+    aten._adaptive_avg_pool2d.default,
+}
+
+
+@dataclass(frozen=True)
+class TFLiteModel:
+    """A converted partition: the flatbuffer and how its inputs / outputs map to PyTorch."""
+
+    buffer: bytes
+    inputs: tuple[IOSpec, ...]
+    outputs: tuple[IOSpec, ...]
+
+
+def convert(program: ExportedProgram, target=None) -> TFLiteModel:
+    """Convert a quantized Edge program (or partition) to a TFLite int8 model."""
+    builder = ModelBuilder()
+    ctx = Context(program, builder, target)
+    graph = program.graph_module.graph
+    user_inputs = [
+        spec.arg.name for spec in program.graph_signature.input_specs
+        if spec.kind == InputKind.USER_INPUT
+    ]
+    inputs = [_convert_input(ctx, n) for n in graph.nodes
+              if n.op == "placeholder" and n.name in user_inputs]
+
+    for node in graph.nodes:
+        if node.op != "call_function" or node in ctx.values:
+            continue
+        if _is(node, DEQUANTIZE + DEQUANTIZE_PER_CHANNEL):
+            continue
+        if _is(node, QUANTIZE):
+            _convert_quantize(ctx, node)
+            continue
+        if node.target.__name__ == "getitem":
+            raise ConversionError(f"{node.name}: output of {node.args[0]} is not supported")
+        conv = lookup(node.target)
+        if conv is None:
+            raise ConversionError(f"{node.name}: no TFLite converter for {node.target}")
+        reason = conv.rejection(node, target)
+        if reason is not None:
+            raise ConversionError(f"{node.name} ({node.target}): {reason}")
+        conv.convert(ctx, node)
+
+    (out_node,) = [n for n in graph.nodes if n.op == "output"]
+    outputs = [_convert_output(ctx, arg, i) for i, arg in enumerate(out_node.args[0])]
+    builder.set_io([s.index for s in inputs], [s.index for s in outputs])
+    return TFLiteModel(builder.finish(), tuple(inputs), tuple(outputs))
+
+
+def _prefers_channels_last(node: Node) -> bool:
+    seen, todo = set(), list(node.users)
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.target in CHANNELS_LAST_OPS:
+            return True
+        if _is(n, QUANTIZE + DEQUANTIZE):
+            todo.extend(n.users)
+    return False
+
+
+def _convert_input(ctx: Context, node: Node) -> IOSpec:
+    shape = shape_of(node)
+    perm = layout.channels_last(len(shape)) if _prefers_channels_last(node) else \
+        layout.identity(len(shape))
+    is_float = node.meta["val"].dtype.is_floating_point
+    readers = [u for u in node.users if _is(u, QUANTIZE if is_float else DEQUANTIZE)]
+    if not readers or len(readers) != len(node.users):
+        raise ConversionError(f"input {node.name} is not read through quantize/dequantize")
+    q = ctx.qparams(readers[0])
+    value = ctx.new_value(node.name, shape, q, perm)
+    ctx.values[node] = value
+    if is_float:
+        for r in readers:
+            if not ctx.qparams(r).same_as(q):
+                raise ConversionError(f"input {node.name} is quantized in two different ways")
+            ctx.values[r] = value
+    return _io_spec(node.name, value, is_float)
+
+
+def _convert_output(ctx: Context, arg, i: int) -> IOSpec:
+    if not isinstance(arg, Node):
+        raise ConversionError(f"output {i} is not a tensor")
+    value = ctx.value(arg)
+    if value.is_const or value.q is None:
+        raise ConversionError(f"output {i} ({arg.name}) is not a quantized activation")
+    return _io_spec(arg.name, value, _is(arg, DEQUANTIZE))
+
+
+def _io_spec(name: str, value: Value, outside: bool) -> IOSpec:
+    return IOSpec(
+        name=name, index=value.tensor, shape=value.shape, perm=value.perm,
+        dtype=str(value.dtype), scale=value.q.scale[0], zero_point=value.q.zero_point[0],
+        quantized_outside=outside,
+    )
+
+
+def _convert_quantize(ctx: Context, node: Node) -> None:
+    """A quantize inside a partition whose parameters differ from its input's: a requantize."""
+    value = ctx.value(node.args[0])
+    q = ctx.qparams(node)
+    if q.same_as(value.q):
+        ctx.values[node] = value
+        return
+    out = ctx.new_value(node.name, value.shape, q, value.perm)
+    ctx.op(OP.QUANTIZE, [ctx.tensor(value)], [out.tensor])
+    ctx.values[node] = out
+
+
+def input_array(spec: IOSpec, tensor) -> np.ndarray:
+    """Turn a PyTorch input into the array the TFLite tensor expects (layout, quantization)."""
+    x = np.asarray(tensor.detach().cpu().numpy() if hasattr(tensor, "detach") else tensor)
+    if spec.quantized_outside:
+        x = np.clip(np.round(x / spec.scale) + spec.zero_point, -128, 127).astype(np.int8)
+    return np.ascontiguousarray(np.transpose(x, spec.perm)).astype(spec.dtype)
+
+
+def output_array(spec: IOSpec, data: np.ndarray) -> np.ndarray:
+    """Turn a TFLite output back into PyTorch layout (and dequantize float boundaries)."""
+    x = np.transpose(data, layout.inverse(spec.perm))
+    if spec.quantized_outside:
+        x = (x.astype(np.float32) - spec.zero_point) * np.float32(spec.scale)
+    return np.ascontiguousarray(x)

@@ -1,0 +1,13 @@
+"""Operator converters, one module per operator family; importing registers them all."""
+
+from . import (  # noqa: F401
+    activations,
+    concat_split,
+    conv,
+    elementwise,
+    linear,
+    pad,
+    pooling,
+    reduce,
+    shape,
+)

@@ -1,0 +1,149 @@
+"""Activations: relu, relu6 / hardtanh / clamp, leaky_relu, prelu, sigmoid, tanh, hardswish,
+softmax; plus the fused-activation helper conv, linear and add use."""
+
+from __future__ import annotations
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+from torch.fx import Node
+
+from ..args import bind
+from ..context import OP, Context, QParams, Value
+from ..ops_aliases import aten
+from ..registry import converts
+from ._checks import static_shapes
+
+ACT = schema.ActivationFunctionType
+CLAMPS = (aten.relu.default, aten.hardtanh.default, aten.clamp.default)
+
+
+def clamp_bounds(node: Node) -> tuple[float | None, float | None]:
+    """(min, max) of a relu / hardtanh / clamp node; None where unbounded."""
+    if node.target == aten.relu.default:
+        return 0.0, None
+    a = bind(node)
+    if node.target == aten.hardtanh.default:
+        return float(a.min_val), float(a.max_val)
+    return (None if a.min is None else float(a.min)), (None if a.max is None else float(a.max))
+
+
+def _fused_code(lo, hi, q: QParams) -> tuple[int, bool]:
+    """(TFLite fused activation, whether an explicit clamp is still needed) for [lo, hi]."""
+    qlo = q.qmin if lo is None else int(q.quantize(np.array([lo]))[0])
+    qhi = q.qmax if hi is None else int(q.quantize(np.array([hi]))[0])
+    if qlo <= q.qmin and qhi >= q.qmax:
+        return ACT.NONE, False  # quantization saturation already clamps
+    if lo == 0.0 and (hi is None or qhi >= q.qmax):
+        return ACT.RELU, False
+    if (lo, hi) == (0.0, 6.0):
+        return ACT.RELU6, False
+    if (lo, hi) == (-1.0, 1.0):
+        return ACT.RELU_N1_TO_1, False
+    return ACT.NONE, True
+
+
+def fused_activation(ctx: Context, node: Node) -> tuple[Node, int, tuple | None]:
+    """The node whose output the fused op produces, the fused code, and a residual clamp.
+
+    When ``node``'s only user is a clamp (relu, relu6, hardtanh, clamp) the clamp runs inside
+    the op; bounds TFLite cannot fuse come back as ``(lo, hi)`` for ``emit_clamp``.
+    """
+    users = list(node.users)
+    if len(users) == 1 and users[0].target in CLAMPS and users[0].args[0] is node:
+        act = users[0]
+        lo, hi = clamp_bounds(act)
+        code, residual = _fused_code(lo, hi, ctx.output_q(act))
+        return act, code, ((lo, hi) if residual else None)
+    return node, ACT.NONE, None
+
+
+def emit_clamp(ctx: Context, src: int, out: Value, lo, hi) -> None:
+    """Clamp int8 ``src`` into ``out`` (same quantization) with MAXIMUM / MINIMUM."""
+    q = out.q
+    tensor_shape = ctx.builder.tensor(out.tensor).shape
+    cur = src
+    for bound, code in ((lo, OP.MAXIMUM), (hi, OP.MINIMUM)):
+        if bound is None:
+            continue
+        last = code == OP.MINIMUM or hi is None
+        dst = out.tensor if last else ctx.builder.add_tensor(
+            f"{ctx.builder.tensor(out.tensor).name}/lo", tensor_shape, q.dtype,
+            scale=q.scale, zero_point=q.zero_point)
+        const = ctx.tensor(ctx.const_value(np.array([bound], np.float32), q))
+        ctx.op(code, [cur, const], [dst], schema.MaximumMinimumOptionsT())
+        cur = dst
+
+
+@converts(aten.relu.default, aten.hardtanh.default, aten.clamp.default, checks=(static_shapes,))
+def convert_clamp(ctx: Context, node: Node) -> None:
+    """Standalone relu / relu6 / hardtanh / clamp."""
+    x = ctx.value(node.args[0])
+    out = ctx.output_value(node, perm=x.perm)
+    lo, hi = clamp_bounds(node)
+    code, residual = _fused_code(lo, hi, out.q)
+    if residual:
+        emit_clamp(ctx, ctx.tensor(x), out, lo, hi)
+        return
+    op = {ACT.RELU: OP.RELU, ACT.RELU6: OP.RELU6, ACT.RELU_N1_TO_1: OP.RELU_N1_TO_1}.get(code)
+    if op is None:  # the range is wider than the quantized range: a plain requantize
+        op = OP.QUANTIZE if not out.q.same_as(x.q) else OP.RESHAPE
+    if op == OP.RESHAPE:
+        ctx.reshape_op(ctx.tensor(x), out.tensor, ctx.builder.tensor(out.tensor).shape)
+    else:
+        ctx.op(op, [ctx.tensor(x)], [out.tensor])
+
+
+def _unary(code: int, options_cls=None):
+    def convert(ctx: Context, node: Node) -> None:
+        x = ctx.value(node.args[0])
+        out = ctx.output_value(node, perm=x.perm)
+        ctx.op(code, [ctx.tensor(x)], [out.tensor], options_cls() if options_cls else None)
+
+    return convert
+
+
+converts(aten.sigmoid.default, checks=(static_shapes,))(_unary(OP.LOGISTIC))
+converts(aten.tanh.default, checks=(static_shapes,))(_unary(OP.TANH))
+converts(aten.hardswish.default, checks=(static_shapes,))(_unary(OP.HARD_SWISH, schema.HardSwishOptionsT))
+
+
+@converts(aten.leaky_relu.default, checks=(static_shapes,))
+def convert_leaky_relu(ctx: Context, node: Node) -> None:
+    x = ctx.value(node.args[0])
+    out = ctx.output_value(node, perm=x.perm)
+    opts = schema.LeakyReluOptionsT()
+    opts.alpha = float(bind(node).negative_slope)
+    ctx.op(OP.LEAKY_RELU, [ctx.tensor(x)], [out.tensor], opts)
+
+
+@converts(aten._prelu_kernel.default, aten.prelu.default, checks=(static_shapes,))
+def convert_prelu(ctx: Context, node: Node) -> None:
+    """PReLU: the slope is broadcast like a per-channel constant along dim 1."""
+    x = ctx.value(node.args[0])
+    slope = ctx.value(node.args[1])
+    out = ctx.output_value(node, perm=x.perm)
+    data = slope.data.reshape(-1)
+    full = [1] * x.rank
+    if data.size > 1:
+        full[1] = data.size
+    alpha = Value(tuple(full), slope.dtype, slope.q, tuple(range(x.rank)), data=data.reshape(full))
+    # TFLite broadcasts the slope from the trailing axes; drop leading unit axes.
+    tensor = ctx.tensor(alpha, x.perm)
+    ctx.op(OP.PRELU, [ctx.tensor(x), tensor], [out.tensor])
+
+
+def softmax_on_last_memory_axis(node: Node, target=None) -> bool:
+    """softmax must have a static dim"""
+    return isinstance(node.args[1], int)
+
+
+@converts(aten._softmax.default, checks=(static_shapes, softmax_on_last_memory_axis))
+def convert_softmax(ctx: Context, node: Node) -> None:
+    """TFLite SOFTMAX works on the innermost axis: lay the tensor out with ``dim`` last."""
+    x = ctx.value(node.args[0])
+    dim = node.args[1] % x.rank
+    perm = tuple(d for d in x.perm if d != dim) + (dim,)
+    out = ctx.output_value(node, perm=perm)
+    opts = schema.SoftmaxOptionsT()
+    opts.beta = 1.0
+    ctx.op(OP.SOFTMAX, [ctx.tensor(x, perm)], [out.tensor], opts)

@@ -1,0 +1,90 @@
+"""Binary arithmetic: add, sub, mul (tensor or scalar operands, with broadcasting).
+
+# aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+A scalar or constant operand becomes an int8 constant quantized so that its value is exact.
+Operands of lower rank are given leading unit axes, then laid out like the output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+from torch.fx import Node
+
+from .. import layout
+from ..args import shape_of
+from ..context import OP, Context, QParams, Value
+from ..ops_aliases import aten
+from ..registry import converts
+from ._checks import alpha_is_one, max_rank, static_shapes
+from .activations import emit_clamp, fused_activation
+
+BINARY = {
+    aten.add.Tensor: (OP.ADD, schema.AddOptionsT),
+    aten.sub.Tensor: (OP.SUB, schema.SubOptionsT),
+    aten.mul.Tensor: (OP.MUL, schema.MulOptionsT),
+    aten.add.Scalar: (OP.ADD, schema.AddOptionsT),
+    aten.sub.Scalar: (OP.SUB, schema.SubOptionsT),
+    aten.mul.Scalar: (OP.MUL, schema.MulOptionsT),
+}
+
+
+def exact_scalar(value: float) -> Value:
+    """An int8 constant holding ``value`` exactly (scale |value| / 127, zero point 0)."""
+    scale = abs(float(value)) / 127.0 or 1.0
+    q = QParams((scale,), (0,))
+    data = np.array(127 if value > 0 else (-127 if value < 0 else 0), dtype=np.int8)
+    return Value((), np.dtype(np.int8), q, (), data=data)
+
+
+def _operand(ctx: Context, arg) -> Value:
+    if isinstance(arg, Node):
+        v = ctx.value(arg)
+        if v.is_const and v.q is None:  # float parameter operand: quantize it exactly enough
+            lo, hi = min(float(v.data.min()), 0.0), max(float(v.data.max()), 0.0)
+            scale = max(hi - lo, 1e-8) / 255.0
+            q = QParams((scale,), (int(round(-128 - lo / scale)),))
+            return ctx.const_value(v.data, q)
+        return v
+    return exact_scalar(arg)
+
+
+def _expand_rank(ctx: Context, v: Value, rank: int) -> Value:
+    """``v`` with leading unit axes so that it has ``rank`` axes (no data moves)."""
+    if v.rank == rank:
+        return v
+    shape = (1,) * (rank - v.rank) + tuple(v.shape)
+    if v.is_const:
+        q = v.q
+        if q is not None and q.per_channel:
+            q = QParams(q.scale, q.zero_point, q.qmin, q.qmax, q.axis + rank - v.rank, q.dtype)
+        return Value(shape, v.dtype, q, layout.identity(rank), data=v.data.reshape(shape))
+    out = ctx.new_value(f"{ctx.builder.tensor(ctx.tensor(v)).name}/rank{rank}", shape, v.q)
+    ctx.reshape_op(ctx.tensor(v, layout.identity(v.rank)), out.tensor, shape)
+    return out
+
+
+@converts(*BINARY, checks=(static_shapes, alpha_is_one, max_rank(6)))
+def convert_binary(ctx: Context, node: Node) -> None:
+    code, options_cls = BINARY[node.target]
+    out_shape = shape_of(node)
+    rank = len(out_shape)
+    operands = [_operand(ctx, a) for a in node.args[:2]]
+    tensors = [v for v in operands if not v.is_const and v.rank == rank]
+    perm = tensors[0].perm if tensors else layout.identity(rank)
+    operands = [_expand_rank(ctx, v, rank) for v in operands]
+    out_node, fused, residual = fused_activation(ctx, node)
+    if code != OP.ADD:
+        out_node, fused, residual = node, 0, None
+    out = ctx.new_value(out_node.name, out_shape, ctx.output_q(out_node), perm)
+    opts = options_cls()
+    opts.fusedActivationFunction = fused if residual is None else 0
+    target = out.tensor
+    if residual is not None:
+        target = ctx.builder.add_tensor(out_node.name + "/pre", ctx.builder.tensor(out.tensor).shape,
+                                        out.q.dtype, scale=out.q.scale, zero_point=out.q.zero_point)
+    ctx.op(code, [ctx.tensor(v, perm) for v in operands], [target], opts)
+    if residual is not None:
+        emit_clamp(ctx, target, out, *residual)
+    ctx.define(node, out)
+    ctx.define(out_node, out)

@@ -1,0 +1,11 @@
+"""Edge op objects under short names, for converters and tests."""
+
+from executorch.exir.dialects._ops import ops as exir_ops
+
+aten = exir_ops.edge.aten
+qd = exir_ops.edge.quantized_decomposed
+dim_order = exir_ops.edge.dim_order_ops
+
+QUANTIZE = (qd.quantize_per_tensor.default, qd.quantize_per_tensor.tensor)
+DEQUANTIZE = (qd.dequantize_per_tensor.default, qd.dequantize_per_tensor.tensor)
+DEQUANTIZE_PER_CHANNEL = (qd.dequantize_per_channel.default,)

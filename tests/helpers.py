@@ -1,0 +1,41 @@
+"""Shared test helpers: quantize -> convert -> run in LiteRT, and error measures."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mcu_npu.pipeline import quantized_edge
+from mcu_npu.runtime.litert import run_model
+from mcu_npu.tflite import convert
+
+
+def run_tflite(model, inputs) -> list[np.ndarray]:
+    """Run a converted TFLiteModel on PyTorch inputs; outputs back in PyTorch layout."""
+    return run_model(model, inputs)
+
+
+def calibration_set(example_inputs, n=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn(x.shape, generator=g) * 1.0 for x in example_inputs)
+            for _ in range(n)]
+
+
+def convert_module(module, example_inputs, calibration=None):
+    """(quantized reference, TFLiteModel, edge program) for a float module."""
+    module = module.eval()
+    calibration = calibration if calibration is not None else calibration_set(example_inputs)
+    reference, edge = quantized_edge(module, example_inputs, calibration)
+    return reference, convert(edge.exported_program()), edge
+
+
+def output_step(edge) -> list[float]:
+    """The output quantization step of each graph output (from its final dequantize)."""
+    out = [n for n in edge.exported_program().graph.nodes if n.op == "output"][0]
+    return [float(a.args[1]) for a in out.args[0]]
+
+
+def sqnr_db(reference: torch.Tensor, test) -> float:
+    ref = reference.detach().double().flatten()
+    err = ref - torch.as_tensor(np.asarray(test)).double().flatten()
+    return float(10 * torch.log10(ref.pow(2).sum() / err.pow(2).sum().clamp_min(1e-30)))
