@@ -11,9 +11,20 @@ from .errors import (
 )
 from .targets import get_target, targets
 
+
+def __getattr__(name):
+    """Heavy entry points load on first use so `import mcu_npu` stays quick."""
+    if name in ("compile", "load", "CompiledProgram", "Report"):
+        from . import api, report
+
+        return getattr(api, name, None) or getattr(report, name)
+    raise AttributeError(f"module 'mcu_npu' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
 
 __all__ = [
-    "targets", "get_target", "McuNpuError", "ConfigError", "ConversionError", "InputError",
-    "InvalidProgramError", "NpuCompilerError", "UnsupportedModelError",
+    "compile", "load", "CompiledProgram", "Report", "targets", "get_target",
+    "McuNpuError", "ConfigError", "ConversionError", "InputError", "InvalidProgramError",
+    "NpuCompilerError", "UnsupportedModelError",
 ]

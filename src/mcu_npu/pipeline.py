@@ -19,6 +19,14 @@ def edge_compile_config() -> EdgeCompileConfig:
     return EdgeCompileConfig(_check_ir_validity=False, preserve_ops=list(PRESERVED_ATEN_OPS))
 
 
+def default_aten_passes(target) -> list:
+    """ATen rewrites a target applies before quantization, in order: recurrent layers become
+    single-layer, then elementary ops every NPU converts."""
+    from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
+
+    return [SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM()]
+
+
 def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
     """torch.export a module into a plain ATen GraphModule, with export's message on failure."""
     try:

@@ -11,17 +11,15 @@ COMPILER_NAMES = ("auto", "reference", "neutron")
 
 def get_compiler(name: str, target) -> NpuCompiler:
     """The compiler called ``name``; "auto" picks the vendor tool when it is installed."""
-    from .neutron import NeutronCompiler
-
-    if name == "auto":
-        neutron = NeutronCompiler()
-        if target.npu.kind == "neutron" and neutron.available():
-            return neutron
-        return ReferenceCompiler()
     if name == "reference":
         return ReferenceCompiler()
-    if name == "neutron":
-        return NeutronCompiler()
+    if name in ("auto", "neutron"):
+        from .neutron import NeutronCompiler
+
+        neutron = NeutronCompiler()
+        if name == "neutron" or (target.npu.kind == "neutron" and neutron.available()):
+            return neutron
+        return ReferenceCompiler()
     raise ConfigError(f"unknown npu_compiler {name!r}; choose one of: {', '.join(COMPILER_NAMES)}")
 
 

@@ -13,7 +13,11 @@ from typing import Callable
 
 import torch
 from torch.fx import Node
-from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
+from torchao.quantization.pt2e.quantizer import (
+    QuantizationAnnotation,
+    QuantizationSpec,
+    SharedQuantizationSpec,
+)
 
 from .qspecs import QuantSpecs
 
@@ -193,3 +197,25 @@ def annotate_split(node: Node, specs: QuantSpecs) -> None:
     for user in node.users:
         if user.target is operator.getitem:
             _set(user, {}, SharedQuantizationSpec((x, node)))
+
+
+def share_recurrent_states(graph, specs: QuantSpecs) -> None:
+    """Every timestep of one recurrent state, and its initial value, share one observer, so
+    the recurrence runs on one scale instead of drifting through per-step ones (and a zero
+    initial state does not get a degenerate scale of its own)."""
+    from ..passes.aten._recurrent import STATE_KEY
+
+    groups: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        ann = node.meta.get(KEY)
+        if node.meta.get(STATE_KEY) is not None and ann is not None and \
+                ann.output_qspec is not None:
+            groups.setdefault(node.meta[STATE_KEY], []).append(node)
+    for nodes in groups.values():
+        if any(not isinstance(n.meta[KEY].output_qspec, (QuantizationSpec, SharedQuantizationSpec))
+               for n in nodes):
+            continue  # fixed-range outputs (a tanh state) already share their parameters
+        anchor = nodes[0]
+        anchor.meta[KEY].output_qspec = specs.activation
+        for node in nodes[1:]:
+            node.meta[KEY].output_qspec = SharedQuantizationSpec(anchor)

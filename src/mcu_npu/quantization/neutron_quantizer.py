@@ -8,7 +8,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
-from .annotators import ANNOTATORS, packet_of
+from .annotators import ANNOTATORS, packet_of, share_recurrent_states
 from .qspecs import QuantSpecs
 
 NodeFilter = Callable[[Node], bool]
@@ -52,6 +52,7 @@ class NeutronQuantizer(Quantizer):
             if self.node_filter is not None and not self.node_filter(node):
                 continue
             annotator(node, self.specs)
+        share_recurrent_states(model.graph, self.specs)
         return model
 
     def validate(self, model: GraphModule) -> None:

@@ -131,6 +131,13 @@ def _convert_quantize(ctx: Context, node: Node) -> None:
     """A quantize inside a partition whose parameters differ from its input's: a requantize."""
     value = ctx.value(node.args[0])
     q = ctx.qparams(node)
+    if value.is_const:  # a constant folds into int8 data
+        real = value.data
+        if value.q is not None:
+            real = (real.astype(np.float64) - np.asarray(value.q.zero_point)) * \
+                np.asarray(value.q.scale)
+        ctx.values[node] = ctx.const_value(real, q)
+        return
     if q.same_as(value.q):
         ctx.values[node] = value
         return

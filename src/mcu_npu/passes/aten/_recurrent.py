@@ -24,6 +24,10 @@ aten = torch.ops.aten
 
 _COPIED_META = ("nn_module_stack", "stack_trace")
 
+STATE_KEY = "mcu_npu_recurrent_state"
+"""Node meta naming the recurrent state a node produces (call/layer/direction/state index);
+the quantizer gives every timestep of one state the same quantization parameters."""
+
 
 class ProjSizeNotSupportedError(UnsupportedModelError, NotImplementedError):
     """An LSTM with ``proj_size > 0`` was given; only ``proj_size == 0`` is handled."""
@@ -193,11 +197,15 @@ def decompose_recurrent(gm: GraphModule, call: RecurrentCall, cell: Cell) -> lis
             x_proj = emit(aten.linear.default, x, w_ih, b_ih)
             index = layer * call.num_directions + direction
             state = tuple(emit(aten.select.int, h, 0, index) for h in call.hx)
+            for i, s in enumerate(state):
+                s.meta[STATE_KEY] = f"{call.node.name}/l{layer}d{direction}/s{i}"
             steps = [None] * seq_len
             for t in (range(seq_len) if direction == 0 else reversed(range(seq_len))):
                 x_t = emit(aten.select.int, x_proj, td, t)
                 h_proj = emit(aten.linear.default, state[0], w_hh, b_hh)
                 state = cell(emit, x_t, h_proj, state, hidden)
+                for i, s in enumerate(state):
+                    s.meta[STATE_KEY] = f"{call.node.name}/l{layer}d{direction}/s{i}"
                 steps[t] = emit(aten.unsqueeze.default, state[0], td)
             outputs.append(concat(emit, steps, td))
             for acc, s in zip(finals, state):

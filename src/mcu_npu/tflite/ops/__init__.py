@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     activations,
     concat_split,
+    constants,
     conv,
     elementwise,
     linear,

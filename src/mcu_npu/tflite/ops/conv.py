@@ -81,9 +81,13 @@ def _bias(ctx: Context, bias_arg, in_q: QParams, w_q: QParams, channels: int) ->
     if bias_arg is None:
         return ctx.const_value(np.zeros(channels, np.int32), q)
     b = ctx.value(bias_arg)
-    if b.q is not None:
+    if b.q is None:
+        return ctx.const_value(b.data.astype(np.float64), q)
+    if np.allclose(np.broadcast_to(b.q.scale, (channels,)), scale, rtol=1e-6):
         return Value(b.shape, b.dtype, q, b.perm, data=b.data.astype(np.int32))
-    return ctx.const_value(b.data.astype(np.float64), q)
+    # a bias shared by several ops carries one op's scale: requantize it for this one
+    real = (b.data.astype(np.float64) - np.asarray(b.q.zero_point)) * np.asarray(b.q.scale)
+    return ctx.const_value(real, q)
 
 
 def _slice_q(q: QParams, lo: int, hi: int) -> QParams:

@@ -1,0 +1,235 @@
+"""The ``mcu-npu`` command: compile, run, report, targets.
+
+Errors print one line (``mcu-npu: error: ...``) and exit 2; no traceback, no partial output
+file. Set MCU_NPU_DEBUG=1 to see tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+
+EXIT_ERROR = 2
+
+
+def _quiet() -> None:
+    """Keep library chatter (deprecation notices, optional-kernel loading) off the terminal."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    for name in ("torch", "torchao", "executorch", "root"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger().setLevel(logging.ERROR)
+
+
+def load_model_spec(spec: str):
+    """``file.py:factory`` -> factory(); ``file.pt2`` -> (module, example inputs)."""
+    import torch
+
+    from .errors import ConfigError, UnsupportedModelError
+
+    if spec.endswith(".pt2"):
+        if not Path(spec).is_file():
+            raise ConfigError(f"model file {spec!r} not found")
+        try:
+            ep = torch.export.load(spec)
+        except Exception as exc:
+            raise UnsupportedModelError(f"cannot read {spec!r} as a torch.export program: "
+                                        f"{_first_line(exc)}") from exc
+        args, _ = ep.example_inputs
+        return ep.module(check_guards=False), tuple(args), None
+    path, sep, factory = spec.rpartition(":")
+    if not sep or not path.endswith(".py") or not factory:
+        raise ConfigError(f"MODEL must be FILE.py:FACTORY or FILE.pt2, got {spec!r}")
+    if not Path(path).is_file():
+        raise ConfigError(f"model file {path!r} not found")
+    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.path.insert(0, str(Path(path).resolve().parent))
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"importing {path!r} failed: {_first_line(exc)}") from exc
+    finally:
+        sys.path.pop(0)
+    fn = getattr(module, factory, None)
+    if not callable(fn):
+        raise ConfigError(f"{path!r} has no function {factory!r}")
+    result = fn()
+    if not isinstance(result, tuple) or len(result) not in (2, 3):
+        raise ConfigError(f"{spec} must return (model, example_inputs) "
+                          f"or (model, example_inputs, calibration)")
+    model, inputs = result[0], result[1]
+    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    return model, inputs, result[2] if len(result) == 3 else None
+
+
+def load_calibration(path: str, example_inputs: tuple) -> list[tuple]:
+    """An .npz with one array per model input (in order), each [N, *input shape]."""
+    import numpy as np
+    import torch
+
+    from .errors import ConfigError
+
+    if not Path(path).is_file():
+        raise ConfigError(f"calibration file {path!r} not found")
+    try:
+        data = np.load(path)
+        arrays = [data[k] for k in data.files] if hasattr(data, "files") else [data]
+    except Exception as exc:
+        raise ConfigError(f"cannot read calibration file {path!r}: {_first_line(exc)}") from exc
+    if len(arrays) != len(example_inputs):
+        raise ConfigError(f"calibration file has {len(arrays)} arrays but the model takes "
+                          f"{len(example_inputs)} inputs")
+    for i, (a, e) in enumerate(zip(arrays, example_inputs)):
+        if tuple(a.shape[1:]) != tuple(e.shape):
+            raise ConfigError(f"calibration array {i} has shape {tuple(a.shape)}; expected "
+                              f"(N, {', '.join(map(str, e.shape))}) to match input {i}")
+    n = len(arrays[0])
+    if any(len(a) != n for a in arrays):
+        raise ConfigError("calibration arrays hold different numbers of samples")
+    return [tuple(torch.from_numpy(np.ascontiguousarray(a[k])).to(e.dtype)
+                  for a, e in zip(arrays, example_inputs)) for k in range(n)]
+
+
+def cmd_compile(args) -> int:
+    from . import api
+
+    model, inputs, calibration = load_model_spec(args.model)
+    if args.calibration:
+        calibration = load_calibration(args.calibration, inputs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        prog = api.compile(model, inputs, target=args.target, calibration=calibration,
+                           npu_compiler=args.npu_compiler,
+                           operators_not_to_delegate=args.exclude or (), progress=None)
+    for w in caught:
+        if issubclass(w.category, UserWarning) and "mcu_npu" in (w.filename or ""):
+            print(f"mcu-npu: warning: {w.message}", file=sys.stderr)
+    prog.save(args.output)
+    print(prog.report)
+    print(f"\nwrote {args.output} ({len(prog.buffer):,} bytes)")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+    import torch
+
+    from . import api
+    from .errors import ConfigError
+
+    prog = api.load(args.program)
+    inputs = []
+    for path in args.input:
+        if not Path(path).is_file():
+            raise ConfigError(f"input file {path!r} not found")
+        try:
+            inputs.append(torch.from_numpy(np.load(path)))
+        except Exception as exc:
+            raise ConfigError(f"cannot read input {path!r}: {_first_line(exc)}") from exc
+    outputs = [o.numpy() for o in prog.run(*inputs)]
+    for i, o in enumerate(outputs):
+        flat = o.reshape(-1)
+        preview = np.array2string(flat[:8], precision=4, separator=", ")
+        print(f"output {i}: shape {tuple(o.shape)} {o.dtype} {preview}"
+              f"{' ...' if flat.size > 8 else ''}")
+    if args.output:
+        _save_outputs(args.output, outputs)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _save_outputs(path: str, outputs) -> None:
+    import io
+
+    import numpy as np
+
+    from .api import write_atomic
+    from .errors import ConfigError
+
+    buf = io.BytesIO()
+    if path.endswith(".npz"):
+        np.savez(buf, *outputs)
+    elif len(outputs) == 1:
+        np.save(buf, outputs[0])
+    else:
+        raise ConfigError(f"the program has {len(outputs)} outputs; give an .npz --output path")
+    write_atomic(path, buf.getvalue())
+
+
+def cmd_report(args) -> int:
+    from . import api
+    from .errors import InvalidProgramError
+
+    report = api.load(args.program).report
+    if report is None:
+        raise InvalidProgramError(f"{args.program!r} carries no mcu-npu report")
+    print(report.to_json() if args.json else report)
+    return 0
+
+
+def cmd_targets(args) -> int:
+    from .targets import get_target, targets
+
+    for name in targets():
+        print(f"{name:16s} {get_target(name).description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mcu-npu", description="Compile PyTorch models for NPU "
+                                "microcontrollers (ExecuTorch .pte) and check them on the host.")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compile", help="compile a model to a .pte")
+    c.add_argument("model", help="FILE.py:FACTORY (returns (model, example_inputs)) or FILE.pt2")
+    c.add_argument("--target", default="imxrt700", help="target preset (see `mcu-npu targets`)")
+    c.add_argument("--calibration", help=".npz with one [N, *shape] array per model input")
+    c.add_argument("--npu-compiler", default="auto", help="auto, reference or neutron")
+    c.add_argument("--exclude", action="append", metavar="OP",
+                   help="keep this op (e.g. aten.convolution) on the CPU; repeatable")
+    c.add_argument("-o", "--output", required=True, help="the .pte to write")
+    c.set_defaults(func=cmd_compile)
+    r = sub.add_parser("run", help="run a .pte on the host")
+    r.add_argument("program")
+    r.add_argument("--input", action="append", required=True, help=".npy per input, in order")
+    r.add_argument("--output", help=".npy (one output) or .npz to save the outputs to")
+    r.set_defaults(func=cmd_run)
+    rp = sub.add_parser("report", help="print the compile report stored in a .pte")
+    rp.add_argument("program")
+    rp.add_argument("--json", action="store_true", help="JSON instead of a table")
+    rp.set_defaults(func=cmd_report)
+    t = sub.add_parser("targets", help="list the target presets")
+    t.set_defaults(func=cmd_targets)
+    return p
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    _quiet()
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("mcu-npu: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one readable line; tracebacks only on request
+        if os.environ.get("MCU_NPU_DEBUG"):
+            raise
+        from .errors import McuNpuError
+
+        kind = "error" if isinstance(exc, McuNpuError) else f"internal error ({type(exc).__name__})"
+        print(f"mcu-npu: {kind}: {_first_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

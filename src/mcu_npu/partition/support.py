@@ -1,0 +1,146 @@
+"""Which nodes the NPU takes, and why the others stay on the CPU.
+
+A compute node is delegated when (1) the user did not exclude it, (2) a TFLite converter
+exists for its op, (3) it sits in a quantize/dequantize cluster (int8 in, int8 out), and
+(4) the converter's checks, which include the target's NPU limits, accept it. The same
+registry the converter uses answers (2) and (4); there is no second table of ops.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Iterable
+
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from ..targets import Target
+from ..tflite.ops.activations import CLAMPS
+from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
+from ..tflite.registry import lookup
+
+QDQ = QUANTIZE + DEQUANTIZE + DEQUANTIZE_PER_CHANNEL
+
+
+def op_name(node: Node) -> str:
+    """``aten.convolution.default`` -> ``aten.convolution``; the name users and reports see."""
+    name = getattr(node.target, "__name__", str(node.target))
+    return name[: -len(".default")] if name.endswith(".default") else name
+
+
+def _is(node, targets) -> bool:
+    return isinstance(node, Node) and node.op == "call_function" and node.target in targets
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a compute node goes to the NPU; ``reason`` says why not."""
+
+    node: str
+    op: str
+    supported: bool
+    reason: str = ""
+    category: str = ""  # "", "excluded", "unsupported-op", "not-quantized", "npu-limits"
+
+
+class SupportAnalysis:
+    """Placement decisions for every compute node of an Edge program."""
+
+    def __init__(self, program: ExportedProgram, target: Target, excluded: Iterable[str] = ()):
+        sig = program.graph_signature
+        self.constants = {*sig.inputs_to_parameters, *sig.inputs_to_buffers,
+                          *sig.inputs_to_lifted_tensor_constants}
+        self.target = target
+        self.excluded = set(excluded)
+        self.graph = program.graph_module.graph
+        self._const_path: dict[Node, bool] = {}
+        self.verdicts: dict[Node, Verdict] = {}
+        for node in self.graph.nodes:
+            if self.is_compute(node):
+                self.verdicts[node] = self._verdict(node)
+        for node, v in list(self.verdicts.items()):  # a fused clamp left behind unfuses
+            users = list(node.users)
+            if v.supported and len(users) == 1 and self._fused_clamp(node, users[0]) and \
+                    not self.verdicts[users[0]].supported:
+                self.verdicts[node] = Verdict(node.name, v.op, False,
+                                              "its fused activation stays on the CPU",
+                                              self.verdicts[users[0]].category)
+
+    # node kinds ------------------------------------------------------------------------
+    def is_constant(self, node) -> bool:
+        """A parameter, or anything computed from parameters alone (a permuted weight)."""
+        if not isinstance(node, Node):
+            return True
+        if node not in self._const_path:
+            if node.op == "placeholder":
+                self._const_path[node] = node.name in self.constants
+            elif node.op == "call_function":
+                args = [a for a in node.args if isinstance(a, Node)]
+                self._const_path[node] = all(self.is_constant(a) for a in args)
+            else:
+                self._const_path[node] = False
+        return self._const_path[node]
+
+    def is_compute(self, node: Node) -> bool:
+        """Nodes the report counts: calls other than quantize/dequantize, tuple access and
+        constant folding."""
+        return (node.op == "call_function" and node.target not in QDQ
+                and node.target is not operator.getitem and not self.is_constant(node))
+
+    # checks ----------------------------------------------------------------------------
+    def _fused_clamp(self, producer: Node, act: Node) -> bool:
+        """``act`` is a clamp that a conv / linear / add converter fuses into ``producer``."""
+        return act.target in CLAMPS and list(producer.users) == [act] and \
+            lookup(producer.target) is not None and act.args[0] is producer
+
+    def _reads_int8(self, node: Node, arg: Node) -> bool:
+        return _is(arg, DEQUANTIZE + DEQUANTIZE_PER_CHANNEL) or self.is_constant(arg) or \
+            self._fused_clamp(arg, node)
+
+    def _writes_int8(self, node: Node) -> bool:
+        users = list(node.users)
+        if len(users) == 1 and self._fused_clamp(node, users[0]):
+            return self._writes_int8(users[0])
+        for u in users:
+            if u.target is operator.getitem:
+                if not all(_is(g, QUANTIZE) for g in u.users):
+                    return False
+            elif not _is(u, QUANTIZE):
+                return False
+        return bool(users)
+
+    def _tensor_inputs(self, node: Node) -> list[Node]:
+        flat = []
+        for a in node.args:
+            flat.extend(a if isinstance(a, (list, tuple)) else [a])
+        return [a for a in flat if isinstance(a, Node)]
+
+    def _verdict(self, node: Node) -> Verdict:
+        name = op_name(node)
+        short = name.split(".")[-1]
+        if self.excluded & {name, short, node.name}:
+            return Verdict(node.name, name, False, "excluded by operators_not_to_delegate",
+                           "excluded")
+        producer = node.args[0] if node.args else None
+        if isinstance(producer, Node) and producer in self.verdicts and \
+                self._fused_clamp(producer, node):
+            v = self.verdicts[producer]
+            return Verdict(node.name, name, v.supported, v.reason, v.category)
+        conv = lookup(node.target)
+        if conv is None:
+            return Verdict(node.name, name, False, f"no NPU conversion for {name}",
+                           "unsupported-op")
+        if not all(self._reads_int8(node, a) for a in self._tensor_inputs(node)) or \
+                not self._writes_int8(node):
+            return Verdict(node.name, name, False,
+                           "not quantized: NPU ops need int8 inputs and outputs "
+                           "(quantize/dequantize on every tensor edge)", "not-quantized")
+        reason = conv.rejection(node, self.target)
+        if reason is not None:
+            return Verdict(node.name, name, False, reason, "npu-limits")
+        return Verdict(node.name, name, True)
+
+    def supported(self, node: Node) -> bool:
+        v = self.verdicts.get(node)
+        return v is not None and v.supported

@@ -1,0 +1,142 @@
+"""The compile report: where every compute op runs and why, the partitions, what the NPU
+compiler says about them, and how accurate the result is.
+
+It travels inside the ``.pte`` (named data ``mcu_npu.report``) so ``mcu-npu report`` can print
+it from the file alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+REPORT_KEY = "mcu_npu.report"
+STAT_KEYS = ("npu_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
+
+
+@dataclass(frozen=True)
+class OpPlacement:
+    """One compute op: where it runs (``NPU partition k`` or ``CPU``) and, if not NPU, why."""
+
+    node: str
+    op: str
+    placement: str
+    kernel: str  # "npu", "portable" (float ExecuTorch kernel) or "cortex-m" (int8 kernel)
+    reason: str = ""
+    macs: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    index: int
+    ops: list[str]
+    compiler: str
+    tflite_ops: list[str]
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    target: str
+    npu_compiler: str
+    ops: list[OpPlacement]
+    partitions: list[PartitionInfo]
+    accuracy: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> dict:
+        on_npu = [o for o in self.ops if o.kernel == "npu"]
+        total = len(self.ops)
+        s = {
+            "target": self.target,
+            "npu_compiler": self.npu_compiler,
+            "ops_total": total,
+            "ops_on_npu": len(on_npu),
+            "ops_on_cpu": total - len(on_npu),
+            "partitions": len(self.partitions),
+            "npu_ops_fraction": round(len(on_npu) / total, 4) if total else 0.0,
+            "macs": sum(o.macs for o in self.ops),
+            "npu_macs": sum(o.macs for o in on_npu),
+        }
+        for key in STAT_KEYS[:-1]:
+            values = [p.stats[key] for p in self.partitions if key in p.stats]
+            if values and len(values) == len(self.partitions):
+                s[key] = sum(values)
+        s.update(self.accuracy)
+        return s
+
+    # serialization ---------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "target": self.target, "npu_compiler": self.npu_compiler,
+            "ops": [asdict(o) for o in self.ops],
+            "partitions": [asdict(p) for p in self.partitions],
+            "accuracy": self.accuracy, "notes": self.notes, "summary": self.summary,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Report":
+        d = json.loads(text)
+        return cls(
+            target=d["target"], npu_compiler=d["npu_compiler"],
+            ops=[OpPlacement(**o) for o in d["ops"]],
+            partitions=[PartitionInfo(**p) for p in d["partitions"]],
+            accuracy=d.get("accuracy", {}), notes=d.get("notes", []),
+        )
+
+    # text ------------------------------------------------------------------------------
+    def __str__(self) -> str:
+        s = self.summary
+        lines = [
+            f"target {s['target']}   NPU compiler {s['npu_compiler']}",
+            f"{s['ops_on_npu']}/{s['ops_total']} compute ops on the NPU "
+            f"({100 * s['npu_ops_fraction']:.1f}%) in {s['partitions']} partition(s); "
+            f"{s['ops_on_cpu']} on the CPU",
+        ]
+        if s["macs"]:
+            lines.append(f"MACs {s['macs']:,} ({s['npu_macs']:,} on the NPU)")
+        for key in STAT_KEYS[:-1]:
+            if key in s:
+                lines.append(f"{key} {s[key]:,}")
+        for key, value in self.accuracy.items():
+            lines.append(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}")
+        rows = [("node", "op", "runs on", "why not on the NPU")]
+        rows += [(o.node, o.op, o.placement, o.reason) for o in self.ops]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines.append("")
+        for r in rows:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(line.rstrip() for line in lines)
+
+
+def node_macs(node) -> int:
+    """Multiply-accumulates of a conv / matmul node from its shapes (0 for other ops)."""
+    name = getattr(node.target, "__name__", "")
+    val = node.meta.get("val")
+    if val is None or not hasattr(val, "shape"):
+        return 0
+    out = 1
+    for d in val.shape:
+        out *= int(d)
+    if name.startswith("aten.convolution"):
+        w = node.args[1].meta["val"].shape
+        transposed = bool(node.args[6]) if len(node.args) > 6 else False
+        kernel = 1
+        for d in w[2:]:
+            kernel *= int(d)
+        if transposed:  # every input element meets every output channel's kernel
+            x = node.args[0].meta["val"]
+            n_in = 1
+            for d in x.shape:
+                n_in *= int(d)
+            return n_in * int(w[1]) * kernel
+        return out * int(w[1]) * kernel
+    if name.startswith(("aten.linear", "aten.addmm", "aten.mm", "aten.bmm")):
+        x = node.args[1 if name.startswith("aten.addmm") else 0].meta["val"]
+        return out * int(x.shape[-1])
+    return 0
