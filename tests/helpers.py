@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mcu_npu.metrics import sqnr_db  # noqa: F401  (re-exported for tests)
 from mcu_npu.pipeline import quantized_edge
 from mcu_npu.runtime.litert import run_model
 from mcu_npu.tflite import convert
@@ -35,7 +36,13 @@ def output_step(edge) -> list[float]:
     return [float(a.args[1]) for a in out.args[0]]
 
 
-def sqnr_db(reference: torch.Tensor, test) -> float:
-    ref = reference.detach().double().flatten()
-    err = ref - torch.as_tensor(np.asarray(test)).double().flatten()
-    return float(10 * torch.log10(ref.pow(2).sum() / err.pow(2).sum().clamp_min(1e-30)))
+def reference_output_steps(reference) -> list[float]:
+    """Output quantization steps of a quantized reference GraphModule (its final dequantizes)."""
+    out = [n for n in reference.graph.nodes if n.op == "output"][0]
+    args = out.args[0]
+    args = args if isinstance(args, (list, tuple)) else [args]
+    return [float(a.args[1]) for a in args]
+
+
+def as_list(out) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]

@@ -28,6 +28,26 @@ class NeutronLimits:
 
 
 @dataclass(frozen=True, kw_only=True)
+class VelaConfig:
+    """How Arm's Vela compiler is told about an Ethos-U system.
+
+    The names select sections of Vela's configuration file; clocks, AXI ports and memory
+    latencies live there, not here.
+    """
+
+    accelerator: str
+    """Vela's accelerator configuration, e.g. "ethos-u55-128"."""
+    system_config: str
+    """``[System_Config.<name>]`` section: NPU clock, AXI ports, memory speeds."""
+    memory_mode: str
+    """``[Memory_Mode.<name>]`` section: where constants, the arena and the cache live."""
+    config_file: str = "Arm/vela.ini"
+    """Relative to Vela's ``config_files`` directory, or a path to an .ini file."""
+    arena_cache_size: int | None = None
+    """Bytes of arena cache Vela may plan for; None keeps the memory mode's value."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class NpuSpec:
     """An NPU: its family, configuration and the numbers estimates need."""
 
@@ -38,6 +58,8 @@ class NpuSpec:
     clock_hz: int
     sram_bytes: int
     limits: NeutronLimits = NeutronLimits()
+    vela: VelaConfig | None = None
+    """Set for Ethos-U NPUs: what the Vela compiler needs to know."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +88,49 @@ NEUTRON_N3_64 = NpuSpec(
     sram_bytes=7_864_320,  # 7.5 MiB shared on-chip SRAM of the i.MX RT700
 )
 
+# Vela's system config and memory mode per Ethos-U family: the ExecuTorch Arm backend's
+# defaults. Clocks are core_clock of those sections in Vela's Arm/vela.ini.
+_VELA_SYSTEMS = {
+    "ethos-u55": ("Ethos_U55_High_End_Embedded", "Shared_Sram", 500_000_000),
+    "ethos-u65": ("Ethos_U65_High_End", "Dedicated_Sram_384KB", 1_000_000_000),
+    "ethos-u85": ("Ethos_U85_SYS_DRAM_Mid", "Sram_Only", 1_000_000_000),
+}
+# SRAM the NPU may use: the arena sizes the ExecuTorch Arm tests give Vela
+# (2 MiB on the Corstone FVPs; the 384 KiB of the U65 Dedicated_Sram_384KB mode).
+_SRAM_BYTES = {"ethos-u55": 2 * 1024 * 1024, "ethos-u65": 384 * 1024,
+               "ethos-u85": 2 * 1024 * 1024}
+
+
+def ethos_u(accelerator: str) -> NpuSpec:
+    """An Ethos-U from Vela's accelerator name ("ethos-u55-128"), with the family's defaults.
+
+    MACs per cycle are the number after the last dash, summed over cores: Vela builds the
+    U65-512 from two 256-MAC cores.
+    """
+    family, _, macs = accelerator.rpartition("-")
+    if family not in _VELA_SYSTEMS or not macs.isdigit():
+        raise ConfigError(f"unknown Ethos-U configuration {accelerator!r}; expected "
+                          f"<{'|'.join(_VELA_SYSTEMS)}>-<MACs>")
+    system, memory, clock = _VELA_SYSTEMS[family]
+    return NpuSpec(
+        kind="ethos-u",
+        name=f"Arm Ethos-U{family[-2:]}-{macs}",
+        macs_per_cycle=int(macs),
+        clock_hz=clock,
+        sram_bytes=_SRAM_BYTES[family],
+        vela=VelaConfig(accelerator=accelerator, system_config=system, memory_mode=memory),
+    )
+
+
+def _npu_only(accelerator: str) -> Target:
+    npu = ethos_u(accelerator)
+    vela = npu.vela
+    return Target(name=accelerator,
+                  description=f"{npu.name} NPU alone (Vela {vela.system_config} / "
+                              f"{vela.memory_mode}, {npu.clock_hz // 1_000_000} MHz)",
+                  npu=npu)
+
+
 _PRESETS: dict[str, Target] = {
     t.name: t
     for t in (
@@ -75,6 +140,23 @@ _PRESETS: dict[str, Target] = {
             npu=NEUTRON_N3_64,
             cpu=CpuSpec(core="cortex-m33", clock_hz=325_000_000),
         ),
+        Target(
+            name="corstone-300",
+            description="Arm Corstone-300: Ethos-U55-128 NPU + Cortex-M55 (clocks from "
+                        "Vela's Ethos_U55_High_End_Embedded: 500 MHz)",
+            npu=ethos_u("ethos-u55-128"),
+            cpu=CpuSpec(core="cortex-m55", clock_hz=500_000_000),
+        ),
+        Target(
+            name="corstone-320",
+            description="Arm Corstone-320: Ethos-U85-256 NPU + Cortex-M85 (clocks from "
+                        "Vela's Ethos_U85_SYS_DRAM_Mid: 1 GHz)",
+            npu=ethos_u("ethos-u85-256"),
+            cpu=CpuSpec(core="cortex-m85", clock_hz=1_000_000_000),
+        ),
+        *(_npu_only(a) for a in ("ethos-u55-64", "ethos-u55-128", "ethos-u55-256",
+                                 "ethos-u65-256", "ethos-u65-512", "ethos-u85-256",
+                                 "ethos-u85-512")),
     )
 }
 

@@ -48,6 +48,13 @@ class Branchy(torch.nn.Module):
         return torch.cond(x.sum() > 0, lambda a, b: a * 2.0 + b, lambda a, b: a - b, (x, y))
 
 
+class Mapped(torch.nn.Module):
+    def forward(self, xs, y):
+        from torch._higher_order_ops.map import map as map_rows
+
+        return map_rows(lambda x, y: x * 2.0 + y, xs, y)
+
+
 class Counter(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -106,6 +113,23 @@ def test_control_flow_jumps_take_both_branches():
     for sign in (1.0, -1.0, 1.0):
         x, y = torch.full((3,), sign), torch.randn(3)
         torch.testing.assert_close(program.run(x, y)[0], model(x, y), rtol=0, atol=0)
+
+
+def test_map_loops_over_rows_with_prim_ops():
+    model = Mapped()
+    program = load(pte_of(model, torch.randn(4, 3), torch.randn(3)))
+    for _ in range(2):
+        xs, y = torch.randn(4, 3), torch.randn(3)
+        torch.testing.assert_close(program.run(xs, y)[0], model(xs, y), rtol=0, atol=0)
+
+
+def test_inputs_that_require_grad_run_as_inference():
+    model = Elementwise()
+    program = load(pte_of(model, torch.randn(3, 4), torch.randn(1, 4)))
+    x, y = torch.randn(3, 4, requires_grad=True), torch.randn(1, 4)
+    out = program.run(x, y)[0]
+    assert not out.requires_grad
+    torch.testing.assert_close(out, model(x, y).detach(), rtol=1e-6, atol=1e-6)
 
 
 def test_outputs_do_not_alias_runtime_memory():

@@ -38,8 +38,8 @@ def randomize_batchnorm(model: nn.Module, example_shape, seed: int = 0,
     with torch.no_grad():
         for m in norms:
             n = m.num_features
-            m.weight.copy_(torch.rand(n, generator=g) * 0.8 + 0.6)
-            m.bias.copy_(torch.randn(n, generator=g) * 0.3 + 1.0)
+            m.weight.copy_(torch.rand(n, generator=g) * 0.5 + 0.5)
+            m.bias.copy_(torch.randn(n, generator=g) * 0.5 + 1.0)
             m.reset_running_stats()
             m.momentum = None  # cumulative average: one batch gives its exact statistics
         model.train()

@@ -76,7 +76,7 @@ class SupportAnalysis:
             if node.op == "placeholder":
                 self._const_path[node] = node.name in self.constants
             elif node.op == "call_function":
-                args = [a for a in node.args if isinstance(a, Node)]
+                args = node.all_input_nodes
                 self._const_path[node] = all(self.is_constant(a) for a in args)
             else:
                 self._const_path[node] = False
@@ -110,12 +110,6 @@ class SupportAnalysis:
                 return False
         return bool(users)
 
-    def _tensor_inputs(self, node: Node) -> list[Node]:
-        flat = []
-        for a in node.args:
-            flat.extend(a if isinstance(a, (list, tuple)) else [a])
-        return [a for a in flat if isinstance(a, Node)]
-
     def _verdict(self, node: Node) -> Verdict:
         name = op_name(node)
         short = name.split(".")[-1]
@@ -131,7 +125,7 @@ class SupportAnalysis:
         if conv is None:
             return Verdict(node.name, name, False, f"no NPU conversion for {name}",
                            "unsupported-op")
-        if not all(self._reads_int8(node, a) for a in self._tensor_inputs(node)) or \
+        if not all(self._reads_int8(node, a) for a in node.all_input_nodes) or \
                 not self._writes_int8(node):
             return Verdict(node.name, name, False,
                            "not quantized: NPU ops need int8 inputs and outputs "

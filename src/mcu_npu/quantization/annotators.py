@@ -89,12 +89,32 @@ def fused_activation(node: Node) -> Node | None:
     return None
 
 
+# Convolutions whose following BatchNorm torchao folds itself in QAT (``_fuse_conv_bn_qat``
+# after annotation, ``_fold_conv_bn_qat`` in ``convert_pt2e``); in PTQ it is already folded.
+CONVS = {aten.conv1d, aten.conv2d, aten.conv_transpose1d, aten.conv_transpose2d}
+BATCH_NORMS = {aten.batch_norm}
+
+
+def batch_norm_after(node: Node) -> Node | None:
+    """The BatchNorm that is the only user of conv ``node`` (QAT: not folded yet), if any."""
+    if packet_of(node) not in CONVS or len(node.users) != 1:
+        return None
+    (user,) = node.users
+    if user.op == "call_function" and packet_of(user) in BATCH_NORMS and user.args[0] is node:
+        return user
+    return None
+
+
 def _annotate_weighted(node: Node, specs: QuantSpecs, weight_axis: int) -> None:
     x, w = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
     inputs = {x: _act_input(x, specs), w: specs.weight(weight_axis)}
     if isinstance(bias, Node):
         inputs[bias] = specs.bias((x, node), (w, node))
+    bn = batch_norm_after(node)
+    if bn is not None:  # conv -> BN [-> clamp]: one output quantization, after BN / the clamp
+        _set(node, inputs, None)
+        node, inputs = bn, {}
     act = fused_activation(node)
     if act is None:
         _set(node, inputs, specs.activation)

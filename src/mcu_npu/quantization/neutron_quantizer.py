@@ -47,7 +47,7 @@ class NeutronQuantizer(Quantizer):
             if node.op != "call_function" or "quantization_annotation" in node.meta:
                 continue
             annotator = ANNOTATORS.get(packet_of(node))
-            if annotator is None:
+            if annotator is None or not _floating_output(node):
                 continue
             if self.node_filter is not None and not self.node_filter(node):
                 continue
@@ -62,6 +62,13 @@ class NeutronQuantizer(Quantizer):
     def supported_ops() -> list:
         """ATen op packets this quantizer annotates."""
         return sorted(ANNOTATORS, key=str)
+
+
+def _floating_output(node: Node) -> bool:
+    """Only floating-point results are quantized (not e.g. BN's ``num_batches_tracked += 1``)."""
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return all(v.dtype.is_floating_point for v in vals if isinstance(v, torch.Tensor))
 
 
 def quantize(

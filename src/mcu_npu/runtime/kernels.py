@@ -87,7 +87,8 @@ _CORTEX_M_HEAVY_PACKAGES = ("executorch.backends.cortex_m.passes",
 
 
 def _import_cortex_m() -> None:
-    """Import the Cortex-M reference ops, entering the heavy packages bare if they fail to import."""
+    """Import the Cortex-M reference ops; if their packages' optional Arm/TOSA imports fail,
+    retry with those packages entered bare (their __init__ not run), then forget them."""
     try:
         importlib.import_module(_CORTEX_M_OPS)
         return

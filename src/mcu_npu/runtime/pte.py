@@ -20,6 +20,9 @@ from .delegates import call_delegate, output_counts
 from .kernels import Boxed, Frame, dtype_of, resolve
 
 
+__all__ = ["InputSpec", "Program", "load"]
+
+
 class InputSpec(NamedTuple):
     """What a method input must be: a tensor's shape and dtype, or a scalar's Python type."""
 
@@ -56,7 +59,8 @@ def _read(source) -> bytes:
         except FileNotFoundError:
             raise InvalidProgramError(f"program file '{os.fspath(source)}' not found") from None
         except OSError as exc:
-            raise InvalidProgramError(f"cannot read program file '{os.fspath(source)}': {exc}") from exc
+            raise InvalidProgramError(
+                f"cannot read program file '{os.fspath(source)}': {exc}") from exc
     raise TypeError(f"load() takes bytes or a path, not {type(source).__name__}")
 
 
@@ -103,7 +107,9 @@ def _named_data(pte) -> dict[str, bytes]:
 
 
 def _as_bytes(buffer) -> bytes:
-    return bytes(buffer) if isinstance(buffer, (bytes, bytearray, memoryview)) else buffer.to_bytes()
+    if isinstance(buffer, (bytes, bytearray, memoryview)):
+        return bytes(buffer)
+    return buffer.to_bytes()  # file-backed data
 
 
 class Program:
@@ -132,14 +138,14 @@ class Program:
         with _corrupt_as(f"the inputs of method '{method}' are corrupt"):
             return [InputSpec(*input_spec(plan.values[i].val)) for i in plan.inputs]
 
-    def run(self, *inputs, method: str | None = None) -> list[torch.Tensor]:
-        """Execute `method` (default "forward") on `inputs`; outputs are fresh tensors."""
-        method = method or self._default_method()
+    def run(self, *inputs, method: str = "forward") -> list[torch.Tensor]:
+        """Execute `method` on `inputs`; the outputs are fresh tensors, not runtime memory."""
         _check_inputs(method, self.input_specs_of(method), inputs)
         if method not in self._methods:
             with _corrupt_as(f"cannot prepare method '{method}'"):
                 self._methods[method] = Method(self._pte, self._plan(method), self.named_data)
-        return self._methods[method].run(inputs)
+        with torch.no_grad():
+            return self._methods[method].run(inputs)
 
     def _default_method(self) -> str:
         return "forward" if "forward" in self._plans else next(iter(self._plans))
@@ -300,11 +306,13 @@ def _tensor(t, index: int, pte, arenas: list[torch.Tensor]) -> torch.Tensor:
             raise InvalidProgramError(f"{what} is planned in memory {memory_id}, which the "
                                       "program does not declare")
         tensor = _lay_out(arenas[memory_id], t.allocation_info.memory_offset, dtype, t, what)
-        if t.data_buffer_idx > 0 and pte.mutable_data:
-            tensor.copy_(_lay_out(_raw(pte.mutable_data, t.data_buffer_idx, what), 0, dtype, t, what))
+        if t.data_buffer_idx > 0 and pte.mutable_data:  # a mutable buffer's initial state
+            initial = _raw(pte.mutable_data, t.data_buffer_idx, what)
+            tensor.copy_(_lay_out(initial, 0, dtype, t, what))
         return tensor
     if t.data_buffer_idx > 0:
-        return _lay_out(_raw(pte.program.constant_buffer, t.data_buffer_idx, what), 0, dtype, t, what)
+        constant = _raw(pte.program.constant_buffer, t.data_buffer_idx, what)
+        return _lay_out(constant, 0, dtype, t, what)
     return _lay_out(torch.zeros(_nbytes(dtype, t), dtype=torch.uint8), 0, dtype, t, what)
 
 
@@ -313,7 +321,9 @@ def _raw(buffers, index: int, what: str) -> torch.Tensor:
         raise InvalidProgramError(f"{what} refers to data buffer {index}, the program has "
                                   f"{len(buffers)}")
     storage = bytearray(buffers[index].storage)
-    return torch.frombuffer(storage, dtype=torch.uint8) if storage else torch.zeros(0, dtype=torch.uint8)
+    if not storage:
+        return torch.zeros(0, dtype=torch.uint8)
+    return torch.frombuffer(storage, dtype=torch.uint8)
 
 
 def _nbytes(dtype: torch.dtype, t) -> int:

@@ -46,6 +46,8 @@ class ModelBuilder:
         self.graph.tensors, self.graph.operators = [], []
         self.graph.inputs, self.graph.outputs = [], []
         self._opcodes: dict[tuple, int] = {}
+        self.origin = ""  # name of the graph node being converted, recorded per operator
+        self.op_origins: list[str] = []
         self._buffers: dict[bytes, int] = {}
 
     # tensors -----------------------------------------------------------------------------
@@ -97,6 +99,7 @@ class ModelBuilder:
         op.builtinOptionsType = options_type(options)
         op.builtinOptions = options
         self.graph.operators.append(op)
+        self.op_origins.append(self.origin)
         return len(self.graph.operators) - 1
 
     def _opcode(self, code: int, custom: str) -> int:

@@ -34,11 +34,15 @@ CHANNELS_LAST_OPS = {
 
 @dataclass(frozen=True)
 class TFLiteModel:
-    """A converted partition: the flatbuffer and how its inputs / outputs map to PyTorch."""
+    """A converted partition: the flatbuffer and how its inputs / outputs map to PyTorch.
+
+    ``op_origins[i]`` names the graph node TFLite operator ``i`` was converted from.
+    """
 
     buffer: bytes
     inputs: tuple[IOSpec, ...]
     outputs: tuple[IOSpec, ...]
+    op_origins: tuple[str, ...] = ()
 
 
 def convert(program: ExportedProgram, target=None) -> TFLiteModel:
@@ -56,6 +60,7 @@ def convert(program: ExportedProgram, target=None) -> TFLiteModel:
     for node in graph.nodes:
         if node.op != "call_function" or node in ctx.values:
             continue
+        builder.origin = node.name
         if _is(node, DEQUANTIZE + DEQUANTIZE_PER_CHANNEL):
             continue
         if _is(node, QUANTIZE):
@@ -74,7 +79,7 @@ def convert(program: ExportedProgram, target=None) -> TFLiteModel:
     (out_node,) = [n for n in graph.nodes if n.op == "output"]
     outputs = [_convert_output(ctx, arg, i) for i, arg in enumerate(out_node.args[0])]
     builder.set_io([s.index for s in inputs], [s.index for s in outputs])
-    return TFLiteModel(builder.finish(), tuple(inputs), tuple(outputs))
+    return TFLiteModel(builder.finish(), tuple(inputs), tuple(outputs), tuple(builder.op_origins))
 
 
 def _prefers_channels_last(node: Node) -> bool:

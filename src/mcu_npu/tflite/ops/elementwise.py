@@ -40,11 +40,13 @@ def exact_scalar(value: float) -> Value:
 def _operand(ctx: Context, arg) -> Value:
     if isinstance(arg, Node):
         v = ctx.value(arg)
-        if v.is_const and v.q is None:  # float parameter operand: quantize it exactly enough
+        if v.is_const and v.q is None and v.data.size == 1:  # a lifted scalar
+            return exact_scalar(float(v.data.reshape(-1)[0]))
+        if v.is_const and v.q is None:  # unquantized constant operand: int8 over its range
             lo, hi = min(float(v.data.min()), 0.0), max(float(v.data.max()), 0.0)
             scale = max(hi - lo, 1e-8) / 255.0
             q = QParams((scale,), (int(round(-128 - lo / scale)),))
-            return ctx.const_value(v.data, q)
+            return ctx.const_value(v.data.astype(np.float32), q)
         return v
     return exact_scalar(arg)
 
