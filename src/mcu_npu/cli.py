@@ -21,7 +21,10 @@ def _quiet() -> None:
     """Keep library chatter (deprecation notices, optional-kernel loading) off the terminal."""
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    for name in ("torch", "torchao", "executorch", "root"):
+    import torch
+
+    torch._logging.set_logs(all=logging.ERROR)
+    for name in ("torch", "torchao", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
     logging.getLogger().setLevel(logging.ERROR)
 

@@ -179,8 +179,15 @@ def _kept_dir(call: VelaCall, network: bytes, log: str) -> str:
 
 
 def run_vela(call: VelaCall, network: bytes):
-    """(compiled model, console text) of one Regor run; failures raise NpuCompilerError."""
-    *_, regor = _import_vela()
+    """(compiled model, console text) of one Regor run; failures raise NpuCompilerError.
+
+    Regor crashes the process on bytes that are not a TFLite model, so they are refused first
+    with the check the ``vela`` command makes (the file identifier).
+    """
+    cli, *_, regor = _import_vela()
+    if int.from_bytes(network[4:8], "little") != cli.TFLITE_MAGIC:
+        raise NpuCompilerError("the partition is not a TFLite flatbuffer (no 'TFL3' file "
+                               "identifier); Vela was not called", tool=TOOL)
     failure = None
     with captured_output() as out:
         try:
