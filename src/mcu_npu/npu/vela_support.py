@@ -16,7 +16,7 @@ from ai_edge_litert import schema_py_generated as schema
 from ..errors import NpuCompilerError
 from ..targets import Target
 from ..tflite import TFLiteModel
-from .vela import TOOL, VelaOptions, architecture, build_call, run_vela
+from .vela_run import TOOL, VelaOptions, architecture, build_call, run_vela
 
 _WARNING = re.compile(r"^Warning \(supported operators\) operator: (?P<op>\w+), "
                       r"ofm: '(?P<ofm>.*)'$")
