@@ -117,7 +117,8 @@ def held_out() -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def accuracy(model, images: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> float:
+def accuracy(model, images: torch.Tensor | None = None,
+             labels: torch.Tensor | None = None) -> float:
     """Top-1 accuracy of ``model`` (any callable on a batch) on the held-out split by default."""
     if images is None:
         images, labels = held_out()

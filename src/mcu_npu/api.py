@@ -8,7 +8,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from executorch.exir import to_edge
@@ -17,7 +17,7 @@ from .errors import ConfigError, InvalidProgramError
 from .npu import COMPILER_NAMES
 from .partition import NeutronPartitioner
 from .pipeline import default_aten_passes, edge_compile_config, export_module
-from .quantization import NeutronQuantizer, quantize
+from .quantization import NeutronQuantizer, quantize, quantize_qat
 from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, node_macs
 from .targets import get_target
 
@@ -87,7 +87,7 @@ def check_calibration(samples, example_inputs: tuple) -> list[tuple]:
 
 
 def _progress(samples: list, show: bool | None) -> Iterable[tuple]:
-    show = len(samples) >= 16 if show is None else show
+    show = len(samples) >= 16 and sys.stderr.isatty() if show is None else show
     for i, s in enumerate(samples, 1):
         if show:
             sys.stderr.write(f"\rcalibrating {i}/{len(samples)}")
@@ -106,10 +106,12 @@ def compile(
     *,
     operators_not_to_delegate: Iterable[str] = (),
     progress: bool | None = None,
+    train_fn: Callable[[torch.fx.GraphModule], None] | None = None,
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
-    calibrate, with a warning."""
+    calibrate, with a warning. With ``train_fn`` the quantization is aware-training: the
+    fake-quantized graph, its ranges started from calibration, is handed to ``train_fn``."""
     tgt = get_target(target)
     if npu_compiler not in COMPILER_NAMES:
         raise ConfigError(f"unknown npu_compiler {npu_compiler!r}; choose one of: "
@@ -124,8 +126,12 @@ def compile(
         samples = check_calibration(calibration, example_inputs)
     float_model = model.eval() if isinstance(model, torch.nn.Module) else model
     graph = export_module(float_model, example_inputs)
-    quantizer = NeutronQuantizer(aten_passes=default_aten_passes(tgt))
-    reference = quantize(graph, example_inputs, _progress(samples, progress), quantizer)
+    quantizer = NeutronQuantizer(is_qat=train_fn is not None, aten_passes=default_aten_passes(tgt))
+    if train_fn is None:
+        reference = quantize(graph, example_inputs, _progress(samples, progress), quantizer)
+    else:
+        reference = quantize_qat(graph, example_inputs, _progress(samples, progress), train_fn,
+                                 quantizer)
 
     partitioner = NeutronPartitioner(tgt, operators_not_to_delegate, npu_compiler)
     edge = lower(reference, example_inputs, partitioner)

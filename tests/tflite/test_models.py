@@ -45,6 +45,15 @@ MATCH = {"ds_cnn": (1, 0.9), "mobilenet_v1_025": (4, 0.9), "resnet8": (1, 0.9),
          "fc_autoencoder": (1, 0.9)}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Single-image inference is fastest, and steadiest on a busy machine, on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _samples(example_inputs, n, seed):
     g = torch.Generator().manual_seed(seed)
     return [tuple(torch.randn(x.shape, generator=g) for x in example_inputs) for _ in range(n)]

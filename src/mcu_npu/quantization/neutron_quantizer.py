@@ -93,3 +93,25 @@ def quantize(
     for sample in calibration if calibration is not None else [tuple(example_inputs)]:
         prepared(*sample)
     return convert_pt2e(prepared)
+
+
+def quantize_qat(
+    model: GraphModule,
+    example_inputs: tuple,
+    calibration: Iterable[tuple],
+    train_fn: Callable[[GraphModule], None],
+    quantizer: Quantizer,
+) -> GraphModule:
+    """Quantization-aware training: fake-quantize, start the ranges from calibration (the PTQ
+    starting point), let ``train_fn(model)`` train it, then convert to the quantized program."""
+    from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
+
+    prepared = prepare_qat_pt2e(model, quantizer)
+    with torch.no_grad():
+        for sample in calibration:
+            prepared(*sample)
+    move_exported_model_to_train(prepared)
+    train_fn(prepared)
+    move_exported_model_to_eval(prepared)
+    return convert_pt2e(prepared)
