@@ -15,7 +15,7 @@ from executorch.exir import to_edge
 
 from .errors import ConfigError, InvalidProgramError
 from .npu import COMPILER_NAMES
-from .partition import NeutronPartitioner
+from .partition import NpuPartitioner
 from .pipeline import default_aten_passes, edge_compile_config, export_module
 from .quantization import NeutronQuantizer, quantize, quantize_qat
 from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, node_macs
@@ -133,7 +133,7 @@ def compile(
         reference = quantize_qat(graph, example_inputs, _progress(samples, progress), train_fn,
                                  quantizer)
 
-    partitioner = NeutronPartitioner(tgt, operators_not_to_delegate, npu_compiler)
+    partitioner = NpuPartitioner(tgt, operators_not_to_delegate, npu_compiler)
     edge = lower(reference, example_inputs, partitioner)
     report = build_report(tgt.name, partitioner, edge)
     report.accuracy = {}
@@ -152,7 +152,9 @@ def lower(reference: torch.fx.GraphModule, example_inputs: tuple, partitioner):
     recurrent graphs with thousands of nodes).
     """
     ep = torch.export.export(reference, example_inputs)
-    return to_edge(ep, compile_config=edge_compile_config()).to_backend(partitioner)
+    edge = to_edge(ep, compile_config=edge_compile_config())
+    partitioner.refine(edge.exported_program())
+    return edge.to_backend(partitioner)
 
 
 def to_executorch(edge) -> bytes:
@@ -163,7 +165,7 @@ def to_executorch(edge) -> bytes:
     return bytes(edge.to_executorch().buffer)
 
 
-def build_report(target: str, partitioner: NeutronPartitioner, edge) -> Report:
+def build_report(target: str, partitioner: NpuPartitioner, edge) -> Report:
     """Placement of every compute op and the per-partition compiler output."""
     infos = _delegate_infos(edge)
     where = {}

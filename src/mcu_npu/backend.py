@@ -1,11 +1,17 @@
-"""``NeutronBackend.preprocess``: Edge partition -> TFLite int8 -> NPU compiler -> payload.
+"""The backends' ``preprocess``: Edge partition -> TFLite int8 -> NPU compiler -> payload.
 
-The class name is the backend id written into the ``.pte``; it matches the name the
-ExecuTorch Neutron device runtime registers, so a Neutron payload runs there unchanged.
+Each class name is the backend id written into the ``.pte``; they match the names the
+ExecuTorch device runtimes register (``NeutronBackend``, ``EthosUBackend``), so a vendor
+payload runs there unchanged. A vendor payload's TFLite graph is kept as named data beside
+it, under a key derived from the payload, for the host emulator; device runtimes never look
+it up.
 """
 
 from __future__ import annotations
 
+import hashlib
+
+from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from torch.export import ExportedProgram
 
@@ -15,18 +21,48 @@ from .targets import get_target
 from .tflite import convert
 from .tflite.describe import op_names
 
+HOST_GRAPH_PREFIX = "mcu_npu.host_graph."
+
+
+def host_graph_key(payload: bytes) -> str:
+    """Named-data key of the host graph kept beside ``payload``."""
+    return HOST_GRAPH_PREFIX + hashlib.sha256(bytes(payload)).hexdigest()[:16]
+
+
+def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
+    spec = NpuCompileSpec.from_compile_specs(compile_specs)
+    target = get_target(spec.target)
+    model = convert(edge_program, target)
+    artifact = get_compiler(spec.npu_compiler, target).compile(model, target)
+    info = {
+        "compiler": artifact.compiler,
+        "stats": dict(artifact.stats),
+        "tflite_ops": op_names(model.buffer),
+        "tflite_bytes": len(model.buffer),
+    }
+    store = None
+    if artifact.host_graph is not None:
+        named = NamedDataStore()
+        named.add_named_data(host_graph_key(artifact.payload), artifact.host_graph)
+        store = named.get_named_data_store_output()
+    return PreprocessResult(processed_bytes=artifact.payload, data_store_output=store,
+                            _delegate_info_meta=info)
+
 
 class NeutronBackend(BackendDetails):
+    """Partitions for NXP's eIQ Neutron NPU."""
+
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
-        spec = NpuCompileSpec.from_compile_specs(compile_specs)
-        target = get_target(spec.target)
-        model = convert(edge_program, target)
-        artifact = get_compiler(spec.npu_compiler, target).compile(model, target)
-        info = {
-            "compiler": artifact.compiler,
-            "stats": dict(artifact.stats),
-            "tflite_ops": op_names(model.buffer),
-            "tflite_bytes": len(model.buffer),
-        }
-        return PreprocessResult(processed_bytes=artifact.payload, _delegate_info_meta=info)
+        return npu_preprocess(edge_program, compile_specs)
+
+
+class EthosUBackend(BackendDetails):
+    """Partitions for Arm's Ethos-U NPUs."""
+
+    @staticmethod
+    def preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
+        return npu_preprocess(edge_program, compile_specs)
+
+
+BACKENDS = {"neutron": NeutronBackend, "ethos-u": EthosUBackend}

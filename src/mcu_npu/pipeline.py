@@ -29,8 +29,10 @@ def default_aten_passes(target) -> list:
 
 def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
     """torch.export a module into a plain ATen GraphModule, with export's message on failure."""
+    example_inputs = tuple(x.contiguous() if isinstance(x, torch.Tensor) else x
+                           for x in example_inputs)  # odd strides would read as channels-last
     try:
-        ep = torch.export.export(model.eval(), tuple(example_inputs))
+        ep = torch.export.export(model.eval(), example_inputs)
     except Exception as exc:  # torch raises many types; the message is what matters
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedModelError(f"torch.export could not capture the model: {first}") from exc

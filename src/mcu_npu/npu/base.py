@@ -16,11 +16,14 @@ class NpuArtifact:
     ``payload``: the bytes the device runtime reads (the delegate's processed bytes).
     ``stats``: figures the compiler reports (``npu_cycles``, ``npu_sram_bytes``,
     ``npu_flash_bytes``, ``macs``, ...); absent keys mean the compiler does not say.
+    ``host_graph``: the partition's TFLite graph in the mcu-npu container, kept beside a
+    vendor payload so the host runtime can emulate it (None when the payload is the graph).
     """
 
     compiler: str
     payload: bytes
     stats: dict = field(default_factory=dict)
+    host_graph: bytes | None = None
 
 
 class NpuCompiler(Protocol):

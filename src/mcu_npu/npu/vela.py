@@ -6,7 +6,6 @@ ExecuTorch Ethos-U runtime reads (ethosu_payload.py) and Vela's estimates into s
 
 from __future__ import annotations
 
-from dataclasses import fields
 
 import numpy as np
 
@@ -74,14 +73,6 @@ def _volume(shape) -> int:
     return n
 
 
-def artifact(payload: bytes, stats: dict, host_graph: bytes) -> NpuArtifact:
-    """The NpuArtifact; where NpuArtifact has ``host_graph``, it also carries the partition's
-    TFLite graph in the reference container, for the host emulator."""
-    extra = {"host_graph": host_graph} if "host_graph" in {f.name for f in fields(NpuArtifact)} \
-        else {}
-    return NpuArtifact(VelaCompiler.name, payload, stats, **extra)
-
-
 class VelaCompiler:
     """Compiles a partition with Arm's Vela into the ExecuTorch Ethos-U runtime's payload."""
 
@@ -106,7 +97,7 @@ class VelaCompiler:
         check_io(model, stream)
         payload = bin_stream.compose(stream)
         host = pack_reference(model, {"compiler": self.name, "target": target.name})
-        return artifact(payload, vela_stats(compiled, call, len(payload)), host)
+        return NpuArtifact(self.name, payload, vela_stats(compiled, call, len(payload)), host)
 
 
 def _with_rejections(exc: NpuCompilerError, model, target, options) -> NpuCompilerError:

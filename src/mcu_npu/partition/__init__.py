@@ -1,6 +1,6 @@
 """Operator support against a target, Q/DQ cluster recognition, the partitioner."""
 
-from .partitioner import NeutronPartitioner
+from .partitioner import EthosUPartitioner, NeutronPartitioner, NpuPartitioner
 from .support import SupportAnalysis, Verdict
 
-__all__ = ["NeutronPartitioner", "SupportAnalysis", "Verdict"]
+__all__ = ["NpuPartitioner", "NeutronPartitioner", "EthosUPartitioner", "SupportAnalysis", "Verdict"]

@@ -1,6 +1,8 @@
-"""``NeutronPartitioner``: tags the Edge nodes the NPU runs, keeping each quantized compute
-node together with its quantize / dequantize nodes, and records why every other compute
-node stays on the CPU."""
+"""The NPU partitioner: tags the Edge nodes the NPU runs, keeping each quantized compute node
+together with its quantize / dequantize nodes, and records why every other compute node
+stays on the CPU. Where the NPU compiler can refuse operators on its own (Vela), every
+proposed partition is converted and checked with it, and refused nodes leave the NPU before
+partitioning again, so no partition reaches the compiler that it would reject."""
 
 from __future__ import annotations
 
@@ -14,14 +16,20 @@ from torch.fx import Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from torch._subclasses.fake_tensor import FakeTensor
+
 from ..compile_spec import NpuCompileSpec
+from ..errors import ConfigError
 from ..report import node_macs
 from ..targets import Target, get_target
+from ..tflite import convert
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
 from ..tflite.registry import PRESERVED_ATEN_OPS
+from .subgraph import partition_view
 from .support import SupportAnalysis, Verdict
 
 TAG = "mcu_npu_"
+MAX_REFINEMENTS = 8
 
 
 class _Members(OperatorSupportBase):
@@ -52,53 +60,103 @@ def cluster_members(analysis: SupportAnalysis) -> set[Node]:
     return members
 
 
-class NeutronPartitioner(Partitioner):
-    """Delegates to the eIQ Neutron NPU what its converter and limits accept.
+def propose(program: ExportedProgram, analysis: SupportAnalysis) -> list[list[Node]]:
+    """Connected, acyclic groups of member nodes holding at least one compute node, in
+    graph order."""
+    gm = program.graph_module
+    proposed = CapabilityBasedPartitioner(
+        gm, _Members(cluster_members(analysis)), allows_single_node_partition=True
+    ).propose_partitions()
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    groups = [sorted(p.nodes, key=order.__getitem__) for p in proposed]
+    groups = [g for g in groups if any(n in analysis.verdicts for n in g)]
+    return sorted(groups, key=lambda g: order[g[0]])
+
+
+def compiler_check(target: Target):
+    """The NPU compiler's own operator check for ``target``, if it has one."""
+    if target.npu.kind == "ethos-u":
+        from ..npu.vela_support import vela_rejections
+
+        return vela_rejections
+    return None
+
+
+class NpuPartitioner(Partitioner):
+    """Delegates to the target's NPU what its converter, its limits and its compiler accept.
 
     ``operators_not_to_delegate``: op names (``"aten.convolution"`` or ``"convolution"``) or
     node names kept on the CPU. After ``partition`` runs, ``verdicts`` maps node names to
     the placement decision and ``partitions`` maps each tag to its compute node names.
     """
 
+    default_target = "imxrt700"
+
     def __init__(
         self,
-        target: str | Target = "imxrt700",
+        target: str | Target | None = None,
         operators_not_to_delegate: Iterable[str] = (),
         npu_compiler: str = "auto",
     ):
-        from ..backend import NeutronBackend
+        from ..backend import BACKENDS
 
-        self.target = get_target(target)
+        self.target = get_target(target or self.default_target)
         self.excluded = tuple(operators_not_to_delegate)
         spec = NpuCompileSpec(target=self.target.name, npu_compiler=npu_compiler)
-        self.delegation_spec = DelegationSpec(NeutronBackend.__name__, spec.to_compile_specs())
+        backend = BACKENDS[self.target.npu.kind]
+        self.delegation_spec = DelegationSpec(backend.__name__, spec.to_compile_specs())
+        self.npu_compiler = npu_compiler
         self.verdicts: dict[str, Verdict] = {}
         self.partitions: dict[str, list[str]] = {}
         self.macs: dict[str, int] = {}
+        self.compiler_rejections: dict[str, str] | None = None
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
-        analysis = SupportAnalysis(exported_program, self.target, self.excluded)
-        gm = exported_program.graph_module
-        members = cluster_members(analysis)
-        proposed = CapabilityBasedPartitioner(
-            gm, _Members(members), allows_single_node_partition=True
-        ).propose_partitions()
-        order = {n: i for i, n in enumerate(gm.graph.nodes)}
-        proposed.sort(key=lambda part: min(order[n] for n in part.nodes))
+        if self.compiler_rejections is None:
+            self.refine(exported_program)
+        analysis = SupportAnalysis(exported_program, self.target, self.excluded,
+                                   self.compiler_rejections)
+        groups = propose(exported_program, analysis)
         tags = {}
-        for part in proposed:
-            compute = [n for n in part.nodes if n in analysis.verdicts]
-            if not compute:
-                continue
+        for group in groups:
             tag = f"{TAG}{len(tags)}"
-            for node in part.nodes:
+            for node in group:
                 node.meta["delegation_tag"] = tag
             tags[tag] = self.delegation_spec
-            self.partitions[tag] = [n.name for n in gm.graph.nodes if n in set(compute)]
+            self.partitions[tag] = [n.name for n in group if n in analysis.verdicts]
         tag_constant_data(exported_program)
         self.verdicts = {n.name: v for n, v in analysis.verdicts.items()}
         self.macs = {n.name: node_macs(n) for n in analysis.verdicts}
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+    def refine(self, program: ExportedProgram) -> dict[str, str]:
+        """Ask the NPU compiler's own check about every proposed partition until it accepts
+        them all; returns (and keeps) node name -> the compiler's reason for the rest.
+
+        Needs the program's real weights: ExecuTorch hands partitioners a copy whose constants
+        are fake, so call this on the Edge program before ``to_backend`` (``mcu_npu.compile``
+        does).
+        """
+        check = compiler_check(self.target) if self.npu_compiler in ("auto", "vela") else None
+        rejected: dict[str, str] = {}
+        for _ in range(MAX_REFINEMENTS if check is not None else 0):
+            analysis = SupportAnalysis(program, self.target, self.excluded, rejected)
+            found = {}
+            for group in propose(program, analysis):
+                view = partition_view(program, group)
+                if any(isinstance(t, FakeTensor) for t in view.state_dict.values()):
+                    raise ConfigError(
+                        f"{self.target.name}: call partitioner.refine(edge_program) before "
+                        "to_backend so the NPU compiler can check partitions with real weights")
+                found.update(check(convert(view, self.target), self.target))
+            if not found:
+                break
+            rejected.update(found)
+        else:
+            if check is not None:
+                raise RuntimeError("NPU partitioning did not settle; please report this model")
+        self.compiler_rejections = rejected
+        return rejected
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
         """Keep linear, hardswish and prelu whole when they are quantized (NPU candidates)."""
@@ -109,3 +167,15 @@ class NeutronPartitioner(Partitioner):
                 not set(self.excluded) & {node.target.__name__.split(".")[0], str(node.target)}
 
         return list(PRESERVED_ATEN_OPS), keep
+
+
+class NeutronPartitioner(NpuPartitioner):
+    """The partitioner for NXP eIQ Neutron targets (default: ``imxrt700``)."""
+
+    default_target = "imxrt700"
+
+
+class EthosUPartitioner(NpuPartitioner):
+    """The partitioner for Arm Ethos-U targets (default: ``corstone-300``)."""
+
+    default_target = "corstone-300"

@@ -41,18 +41,21 @@ class Verdict:
     op: str
     supported: bool
     reason: str = ""
-    category: str = ""  # "", "excluded", "unsupported-op", "not-quantized", "npu-limits"
+    category: str = ""
+    """"", "excluded", "unsupported-op", "not-quantized", "npu-limits" or "npu-compiler"."""
 
 
 class SupportAnalysis:
     """Placement decisions for every compute node of an Edge program."""
 
-    def __init__(self, program: ExportedProgram, target: Target, excluded: Iterable[str] = ()):
+    def __init__(self, program: ExportedProgram, target: Target, excluded: Iterable[str] = (),
+                 compiler_rejections: dict[str, str] | None = None):
         sig = program.graph_signature
         self.constants = {*sig.inputs_to_parameters, *sig.inputs_to_buffers,
                           *sig.inputs_to_lifted_tensor_constants}
         self.target = target
         self.excluded = set(excluded)
+        self.compiler_rejections = dict(compiler_rejections or {})
         self.graph = program.graph_module.graph
         self._const_path: dict[Node, bool] = {}
         self.verdicts: dict[Node, Verdict] = {}
@@ -133,6 +136,9 @@ class SupportAnalysis:
         reason = conv.rejection(node, self.target)
         if reason is not None:
             return Verdict(node.name, name, False, reason, "npu-limits")
+        if node.name in self.compiler_rejections:
+            return Verdict(node.name, name, False, self.compiler_rejections[node.name],
+                           "npu-compiler")
         return Verdict(node.name, name, True)
 
     def supported(self, node: Node) -> bool:

@@ -7,5 +7,6 @@ from .pte import InputSpec, Program, load
 
 load_program = load
 register_emulator("NeutronBackend", run_payload)
+register_emulator("EthosUBackend", run_payload)
 
 __all__ = ["Program", "InputSpec", "load", "load_program", "register_emulator", "get_emulator"]

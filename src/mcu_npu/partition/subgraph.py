@@ -1,0 +1,67 @@
+"""A proposed partition as a stand-alone program, for trial conversion while partitioning.
+
+It offers what the TFLite converter reads of an ExportedProgram (graph, signature, weights)
+without copying or modifying the owning program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+from torch.fx import Graph, GraphModule, Node
+
+
+@dataclass
+class _Signature:
+    input_specs: list
+    inputs_to_parameters: dict = field(default_factory=dict)
+    inputs_to_buffers: dict = field(default_factory=dict)
+    inputs_to_lifted_tensor_constants: dict = field(default_factory=dict)
+
+
+@dataclass
+class PartitionView:
+    graph_module: GraphModule
+    graph_signature: _Signature
+    state_dict: dict
+    constants: dict
+
+
+def partition_view(program: ExportedProgram, nodes: list[Node]) -> PartitionView:
+    """``nodes`` (in graph order) as a program: outside values become inputs, values used
+    outside become outputs, parameters stay parameters."""
+    sig = program.graph_signature
+    owned = set(nodes)
+    graph = Graph()
+    env: dict[Node, Node] = {}
+    view_sig = _Signature(input_specs=[])
+    tables = (("inputs_to_parameters", sig.inputs_to_parameters),
+              ("inputs_to_buffers", sig.inputs_to_buffers),
+              ("inputs_to_lifted_tensor_constants", sig.inputs_to_lifted_tensor_constants))
+
+    def outside(n: Node) -> Node:
+        if n not in env:
+            p = graph.placeholder(n.name)
+            p.meta = dict(n.meta)
+            env[n] = p
+            for attr, table in tables:
+                if n.name in table:
+                    getattr(view_sig, attr)[p.name] = table[n.name]
+                    break
+            else:
+                view_sig.input_specs.append(
+                    SimpleNamespace(kind=InputKind.USER_INPUT, arg=SimpleNamespace(name=p.name)))
+        return env[n]
+
+    for node in nodes:
+        for inp in node.all_input_nodes:
+            if inp not in owned:
+                outside(inp)
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    results = [env[n] for n in nodes if any(u not in owned for u in n.users)]
+    graph.output(tuple(results))
+    return PartitionView(GraphModule({}, graph), view_sig, program.state_dict,
+                         program.constants)
