@@ -188,7 +188,8 @@ def build_report(target: str, partitioner: NpuPartitioner, edge) -> Report:
         for k, (tag, info) in enumerate(zip(partitioner.partitions, infos))
     ]
     compilers = sorted({p.compiler for p in parts}) or ["none"]
-    return Report(target, "+".join(compilers), ops, parts)
+    notes = [n for info in infos for n in info.get("notes", [])]
+    return Report(target, "+".join(compilers), ops, parts, notes=notes)
 
 
 def _delegate_infos(edge) -> list[dict]:

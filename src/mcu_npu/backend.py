@@ -20,6 +20,7 @@ from .npu import get_compiler
 from .targets import get_target
 from .tflite import convert
 from .tflite.describe import op_names
+from .tflite.layout import same_memory_order
 
 HOST_GRAPH_PREFIX = "mcu_npu.host_graph."
 
@@ -27,6 +28,22 @@ HOST_GRAPH_PREFIX = "mcu_npu.host_graph."
 def host_graph_key(payload: bytes) -> str:
     """Named-data key of the host graph kept beside ``payload``."""
     return HOST_GRAPH_PREFIX + hashlib.sha256(bytes(payload)).hexdigest()[:16]
+
+
+def layout_notes(model, target) -> list[str]:
+    """Warnings for partition inputs/outputs whose TFLite layout differs in memory from the
+    PyTorch tensor on a runtime that copies delegate data without transposing (Ethos-U)."""
+    if target.npu.kind != "ethos-u":
+        return []
+    notes = []
+    for spec in (*model.inputs, *model.outputs):
+        ident = tuple(range(len(spec.shape)))
+        if not same_memory_order(spec.shape, spec.perm, ident):
+            notes.append(f"partition tensor {spec.name} is laid out as {spec.perm} (channels "
+                         "last) in the NPU graph; the Ethos-U device runtime copies it without "
+                         "transposing, so feed it channels-last data on the board (the host "
+                         "runtime transposes for you)")
+    return notes
 
 
 def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
@@ -39,6 +56,7 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
         "stats": dict(artifact.stats),
         "tflite_ops": op_names(model.buffer),
         "tflite_bytes": len(model.buffer),
+        "notes": layout_notes(model, target),
     }
     store = None
     if artifact.host_graph is not None:

@@ -1,0 +1,58 @@
+"""Ethos-U targets end to end through Vela: every compute op of the MLPerf Tiny models on
+the NPU, Vela's estimates in the report, and the host run (LiteRT over the graph kept beside
+the Vela payload) within the numerics contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mcu_npu
+from mcu_npu.backend import host_graph_key
+from mcu_npu.models.mlperf_tiny import MODELS
+from mcu_npu.npu import ethosu_payload
+from mcu_npu.metrics import sqnr_db
+
+pytestmark = pytest.mark.slow
+
+
+def _compile(name, target):
+    model, inputs = MODELS[name]()
+    g = torch.Generator().manual_seed(0)
+    calibration = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(16)]
+    prog = mcu_npu.compile(model, inputs, target=target, calibration=calibration)
+    tests = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(12)]
+    return model, prog, tests
+
+
+@pytest.mark.parametrize("target", ["corstone-300", "corstone-320"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_mlperf_tiny_on_ethos_u(name, target):
+    model, prog, tests = _compile(name, target)
+    s = prog.report.summary
+    assert s["npu_compiler"] == "vela" and s["ops_on_cpu"] == 0 and s["partitions"] == 1
+    assert s["npu_cycles"] > 0 and s["npu_sram_bytes"] > 0
+    part = prog.report.partitions[0]
+    # Vela counts by its own rules (pooling included, per-architecture kernel splits)
+    assert 0.9 * s["macs"] <= part.stats["macs"] <= 1.1 * s["macs"]
+    with torch.no_grad():
+        floats = torch.cat([model(*t).flatten() for t in tests])
+        refs = torch.cat([prog.reference(*t).flatten() for t in tests])
+    runs = torch.cat([prog.run(*t)[0].flatten() for t in tests])
+    assert sqnr_db(floats, runs) >= sqnr_db(floats, refs) - 1.0
+
+
+def test_vela_payload_is_the_device_layout_and_host_graph_sits_beside_it(tmp_path):
+    _, prog, tests = _compile("fc_autoencoder", "ethos-u55-128")
+    loaded = mcu_npu.load(prog.save(tmp_path / "ae.pte"))
+    keys = [k for k in loaded._program.named_data if k.startswith("mcu_npu.host_graph.")]
+    assert len(keys) == 1
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    pte = deserialize_pte_binary(prog.buffer)
+    delegate = pte.program.execution_plan[0].delegates[0]
+    assert delegate.id == "EthosUBackend"
+    payload = bytes(pte.program.backend_delegate_data[delegate.processed.index].data)
+    blocks = ethosu_payload.parse(payload)
+    assert blocks is not None and host_graph_key(payload) == keys[0]
+    assert torch.equal(loaded.run(*tests[0])[0], prog.run(*tests[0])[0])

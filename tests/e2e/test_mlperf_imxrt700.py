@@ -1,0 +1,54 @@
+"""The MLPerf Tiny models and the digits example compiled for imxrt700: one NPU partition
+holding every compute op, host runs within the numerics contract, a saved and reloaded .pte
+giving bit-identical results, and the digits classifier accurate from its .pte."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import mcu_npu
+from mcu_npu.metrics import sqnr_db
+from mcu_npu.models.mlperf_tiny import MODELS
+
+pytestmark = pytest.mark.slow
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_mlperf_tiny_model_on_imxrt700(name, tmp_path):
+    model, inputs = MODELS[name]()
+    g = torch.Generator().manual_seed(0)
+    calibration = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(16)]
+    prog = mcu_npu.compile(model, inputs, target="imxrt700", calibration=calibration,
+                           npu_compiler="reference")
+    s = prog.report.summary
+    assert s["partitions"] == 1 and s["ops_on_cpu"] == 0 and s["ops_on_npu"] == s["ops_total"]
+    tests = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(12)]
+    with torch.no_grad():
+        floats = torch.cat([model(*t).flatten() for t in tests])
+        refs = torch.cat([prog.reference(*t).flatten() for t in tests])
+    runs = [prog.run(*t)[0] for t in tests]
+    assert sqnr_db(floats, torch.cat([r.flatten() for r in runs])) >= sqnr_db(floats, refs) - 1
+    loaded = mcu_npu.load(prog.save(tmp_path / f"{name}.pte"))
+    for t, r in zip(tests[:3], runs):
+        assert torch.equal(loaded.run(*t)[0], r)
+
+
+def test_digits_classifier_from_its_pte(tmp_path):
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import digits
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    model, example, calibration = digits.calibrated()
+    prog = mcu_npu.compile(model, example, target="imxrt700", calibration=calibration,
+                           npu_compiler="reference")
+    loaded = mcu_npu.load(prog.save(tmp_path / "digits.pte"))
+    images, labels = digits.held_out()
+    hits = sum(int(loaded.run(images[i:i + 1])[0].argmax()) == int(labels[i])
+               for i in range(len(images)))
+    assert hits / len(images) >= 0.95
