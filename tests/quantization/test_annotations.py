@@ -13,6 +13,7 @@ from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.fake_quantize import FakeQuantize
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
+from op_cases import Fn
 from mcu_npu.quantization import NeutronQuantizer
 
 aten = torch.ops.aten
@@ -20,16 +21,6 @@ qd = torch.ops.quantized_decomposed
 Q = qd.quantize_per_tensor.default
 DQ = qd.dequantize_per_tensor.default
 DQ_CH = qd.dequantize_per_channel.default
-
-
-class Fn(nn.Module):
-    def __init__(self, fn, *modules):
-        super().__init__()
-        self.fn = fn
-        self.mods = nn.ModuleList(modules)
-
-    def forward(self, *xs):
-        return self.fn(self.mods, *xs)
 
 
 def random_bn(bn):

@@ -71,18 +71,8 @@ class QuantSpecs:
 
     @property
     def per_tensor_weight(self) -> QuantizationSpec:
-        """Per-tensor int8 for small parameter tensors such as PReLU slopes."""
-        if self.is_qat:
-            ctr = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver)
-        else:
-            ctr = MinMaxObserver.with_args(eps=2**-20)
-        return QuantizationSpec(
-            dtype=torch.int8,
-            quant_min=INT8_MIN,
-            quant_max=INT8_MAX,
-            qscheme=torch.per_tensor_affine,
-            observer_or_fake_quant_ctr=ctr,
-        )
+        """Per-tensor int8 for small parameter tensors such as PReLU slopes (as activations)."""
+        return self.activation
 
     @staticmethod
     def fixed(kind: str) -> FixedQParamsQuantizationSpec:
