@@ -139,8 +139,9 @@ def cmd_run(args) -> int:
     for i, o in enumerate(outputs):
         flat = o.reshape(-1)
         preview = np.array2string(flat[:8], precision=4, separator=", ")
+        top = f"  (argmax {int(o.argmax())})" if o.ndim == 2 and o.shape[0] == 1 else ""
         print(f"output {i}: shape {tuple(o.shape)} {o.dtype} {preview}"
-              f"{' ...' if flat.size > 8 else ''}")
+              f"{' ...' if flat.size > 8 else ''}{top}")
     if args.output:
         _save_outputs(args.output, outputs)
         print(f"wrote {args.output}")

@@ -89,11 +89,14 @@ _CORTEX_M_HEAVY_PACKAGES = ("executorch.backends.cortex_m.passes",
 def _import_cortex_m() -> None:
     """Import the Cortex-M reference ops; if their packages' optional Arm/TOSA imports fail,
     retry with those packages entered bare (their __init__ not run), then forget them."""
+    before = set(sys.modules)
     try:
         importlib.import_module(_CORTEX_M_OPS)
         return
-    except ImportError:
-        pass
+    except Exception:  # ImportError without the TOSA tools; AttributeError with some versions
+        for name in set(sys.modules) - before:
+            if name.startswith("executorch.backends.cortex_m"):
+                del sys.modules[name]
     bare = {}
     for name in _CORTEX_M_HEAVY_PACKAGES:
         if name not in sys.modules:
