@@ -109,8 +109,7 @@ def compute_nodes(ep):
             continue
         if node.op != "call_function":
             continue
-        inputs = node.all_input_nodes
-        if inputs and all(i in const_nodes for i in inputs):
+        if all(i in const_nodes for i in node.all_input_nodes):  # incl. no inputs (zeros)
             const_nodes.add(node)
             continue
         if node.target is operator.getitem or _is_qdq(node) or \

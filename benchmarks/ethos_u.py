@@ -45,6 +45,7 @@ import tempfile
 import time
 import traceback
 import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -61,6 +62,10 @@ GRUS = ("gru64x2_t49", "bigru32_t20")
 LABELS = {"ds_cnn": "DS-CNN (KWS)", "mobilenet_v1_025": "MobileNetV1-0.25 (VWW)",
           "resnet8": "ResNet-8 (IC)", "fc_autoencoder": "FC autoencoder (AD)",
           "gru64x2_t49": "GRU-64 x2 layers, T=49", "bigru32_t20": "BiGRU-32, T=20"}
+
+# Rough seconds of one of our compiles, to start the long jobs first (upstream: about x3).
+EXPECTED_S = {"gru64x2_t49": 90, "bigru32_t20": 40, "mobilenet_v1_025": 15, "resnet8": 12,
+              "ds_cnn": 10, "fc_autoencoder": 8}
 
 # Upstream's figures quoted in the project issue (ethos-u55-128). The issue does not say
 # whether the cycles are Vela's NPU or total cycles; the tables set them against both.
@@ -219,13 +224,17 @@ def worker_main(flow: str, job: str, target: str, out: str) -> int:
     return 0
 
 
-def run_worker(flow: str, job: str, target: str, workdir: str, timeout: float) -> dict:
+def run_worker(flow: str, job: str, target: str, workdir: str, timeout: float,
+               threads: int | None = None) -> dict:
     tag = f"{flow}_{os.path.basename(job).removesuffix('.pt')}_{target}"
     out = os.path.join(workdir, tag + ".json")
     log = os.path.join(workdir, tag + ".log")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([SRC, HERE, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("PYTHONWARNINGS", "ignore")
+    if threads:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[var] = str(threads)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", flow, job, target, out]
     t0 = time.perf_counter()
     with open(log, "w") as f:
@@ -243,15 +252,21 @@ def run_worker(flow: str, job: str, target: str, workdir: str, timeout: float) -
         result = {"ok": False, "error": f"timed out after {timeout:.0f} s (--timeout)"}
     else:
         result = {"ok": False, "error": f"worker exited with code {code}: {_last_line(log)}"}
+    if not result.get("ok") and result.get("error", "").startswith("SystemExit"):
+        result["error"] += f" ({_last_line(log, 'error')})"  # e.g. Vela's argparse message
+    if "tosa_serializer" in result.get("error", ""):
+        result["error"] += (" -- executorch.backends.arm needs the TOSA serializer: "
+                            "pip install --no-deps tosa-tools==2026.5.0")
     result["process_s"] = wall
     result["log"] = log
     return result
 
 
-def _last_line(path: str) -> str:
+def _last_line(path: str, containing: str = "") -> str:
     try:
         with open(path, errors="replace") as f:
-            lines = [ln.strip() for ln in f if ln.strip()]
+            lines = [ln.strip() for ln in f
+                     if ln.strip() and containing.lower() in ln.lower()]
     except OSError:
         return "(no log)"
     return lines[-1][:300] if lines else "(empty log)"
@@ -294,13 +309,14 @@ def _ops_cell(r) -> str:
 def _mac_cell(r) -> str:
     if not r.get("ok") or not r.get("macs"):
         return "-"
-    return f"{100 * r['npu_macs'] / r['macs']:.1f}% of {r['macs']:,}"
+    return f"{100 * r['npu_macs'] / r['macs']:.1f}%"
 
 
 ROWS = [
     # label, key, kind, ratio?
     ("compute ops on the NPU", None, "ops", False),
     ("MACs on the NPU (graph count)", None, "macs", False),
+    ("MACs (conv/linear/matmul nodes of the graph)", "macs", "int", False),
     ("partitions (delegates)", "partitions", "int", False),
     ("NPU cycles (Vela npuCycles, sum)", "npu_cycles", "int", True),
     ("total cycles (Vela totalCycles, incl. memory)", "total_cycles", "int", True),
@@ -325,7 +341,7 @@ def print_pair(name: str, target: str, ours: dict, up: dict | None):
         print(f"  upstream FAILED: {up.get('error')}")
     ref = ISSUE_REFERENCE.get((name, target), {})
     w = 50
-    head = f"  {'figure':<{w}} {'ours':>16} {'upstream':>16} {'ours/up':>8}"
+    head = f"  {'figure':<{w}} {'ours':>18} {'upstream':>18} {'ours/up':>8}"
     if ref:
         head += f" {'issue ref (upstream)':>22}"
     print(head)
@@ -342,7 +358,7 @@ def print_pair(name: str, target: str, ours: dict, up: dict | None):
         r = ""
         if ratio and ours.get("ok") and up and up.get("ok"):
             r = _fmt(_ratio(ours.get(key), up.get(key)), "ratio")
-        line = f"  {label:<{w}} {a:>16} {b:>16} {r:>8}"
+        line = f"  {label:<{w}} {a:>18} {b:>18} {r:>8}"
         if ref:
             extra = ""
             if key in ("npu_cycles", "total_cycles") and "cycles" in ref:
@@ -407,6 +423,35 @@ def print_summary(results: dict, models, targets, with_upstream: bool):
             print(f"    {t}: " + ", ".join(parts))
 
 
+def print_issue_reference(results: dict, with_upstream: bool):
+    rows = [(k, v) for k, v in ISSUE_REFERENCE.items() if k in results]
+    if not rows:
+        return
+    print("\nISSUE REFERENCE (upstream figures quoted in the project issue) vs. this run")
+    fmt = "  {:<18} {:<14} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9} {:>9}"
+    print(fmt.format("model", "target", "issue cyc", "up npu cyc", "up tot cyc", "tot/issue",
+                     "ours tot", "issue s", "up s"))
+    for (name, t), ref in rows:
+        ours, up = results[(name, t)]
+        ok = bool(with_upstream and up and up.get("ok"))
+        cells = [name, t, _fmt(ref.get("cycles")),
+                 _fmt(up.get("npu_cycles")) if ok else "-",
+                 _fmt(up.get("total_cycles")) if ok else "-",
+                 _fmt(_ratio(up.get("total_cycles"), ref.get("cycles")), "ratio") if ok else "-",
+                 _fmt(ours.get("total_cycles")) if ours.get("ok") else "-",
+                 _fmt(ref.get("compile_s"), "s"), _fmt(up.get("compile_s"), "s") if ok else "-"]
+        print(fmt.format(*cells))
+    for key, label in (("total_cycles", "totalCycles"), ("npu_cycles", "npuCycles")):
+        logs = [math.log(results[k][1][key] / ref["cycles"]) for k, ref in rows
+                if with_upstream and results[k][1] and results[k][1].get("ok")
+                and results[k][1].get(key)]
+        if logs:
+            print(f"  upstream {label} here / issue cycles: geometric mean "
+                  f"{math.exp(sum(logs) / len(logs)):.3f} over {len(logs)} model(s)")
+    print("  (the issue's models had their own weights and calibration, so only the order of "
+          "magnitude and the kind of cycle count are comparable)")
+
+
 def _ops_pct(r) -> str:
     if not r or not r.get("ok"):
         return "FAIL" if r else "-"
@@ -435,7 +480,9 @@ def print_matters(results: dict, models, targets, with_upstream: bool):
                              f"{_fmt(up.get('total_cycles'))} total cycles, compile "
                              f"{up['compile_s']:.1f} s")
                 verdict = []
-                if rc is not None:
+                if rc is not None and abs(rc - 1) < 5e-4:
+                    verdict.append("same total cycles")
+                elif rc is not None:
                     verdict.append(f"{(1 - rc) * 100:.1f}% fewer total cycles" if rc <= 1 else
                                    f"{(rc - 1) * 100:.1f}% MORE total cycles")
                 if rs is not None:
@@ -480,7 +527,7 @@ NOTES = [
     "graphs are decomposed differently, so counts can differ for the same model; the MAC "
     "share is the sturdier measure.",
     "Compile seconds: wall clock inside a fresh process, from the first export to the .pte "
-    "bytes, one compile at a time on this machine ({cpus} CPUs). Ours includes the accuracy "
+    "bytes, on this machine ({cpus} CPUs), {jobs} compile(s) at a time{threads}. Ours includes the accuracy "
     "check mcu_npu.compile always runs (the .pte executed on the host on <= 4 samples, shown "
     "separately); upstream's flow has no such step. Process start-up and imports are "
     "excluded on both sides.",
@@ -493,7 +540,7 @@ NOTES = [
 ]
 
 
-def print_notes(with_upstream: bool):
+def print_notes(with_upstream: bool, jobs: int = 1):
     try:
         from importlib.metadata import version
         vela_v, et_v = version("ethos-u-vela"), version("executorch")
@@ -501,10 +548,35 @@ def print_notes(with_upstream: bool):
         vela_v = et_v = "?"
     print("\nNOTES")
     for n in NOTES if with_upstream else NOTES[:5]:
-        print("  - " + n.format(vela=vela_v, et=et_v, cpus=os.cpu_count()))
+        print("  - " + n.format(vela=vela_v, et=et_v, cpus=os.cpu_count(), jobs=jobs,
+                                threads=" (each process single-threaded: OMP_NUM_THREADS=1)"
+                                if jobs > 1 else ""))
 
 
 # --------------------------------------------------------------------------- main
+
+
+def reprint(path: str, args) -> int:
+    with open(path) as f:
+        saved = json.load(f)
+    meta = saved.get("meta", {}) if "results" in saved else {}
+    saved = saved.get("results", saved)
+    results, models, targets = {}, [], []
+    for key, pair in saved.items():
+        name, t = key.split("|")
+        models += [name] if name not in models else []
+        targets += [t] if t not in targets else []
+        results[(name, t)] = (pair["ours"], pair["upstream"])
+    with_upstream = any(u is not None for _, u in results.values())
+    jobs = meta.get("jobs", args.jobs)
+    print(f"tables of {path}, compiled earlier ({meta or 'no run settings saved'})")
+    for (name, t), (ours, up) in results.items():
+        print_pair(name, t, ours, up)
+    print_summary(results, models, targets, with_upstream)
+    print_issue_reference(results, with_upstream)
+    print_matters(results, models, targets, with_upstream)
+    print_notes(with_upstream, jobs)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -521,7 +593,13 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=16, help="calibration samples")
     ap.add_argument("--seed", type=int, default=2024, help="calibration data generator seed")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per compile")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="compiles run at once, each single-threaded when > 1 (default 2 on "
+                         "2 cores keeps the full run near 15 min; 1 = one at a time, "
+                         "all threads)")
     ap.add_argument("--json", default=None, help="also write the raw results here")
+    ap.add_argument("--from-json", default=None, metavar="PATH",
+                    help="print the tables of a run saved with --json; compiles nothing")
     ap.add_argument("--keep-logs", action="store_true",
                     help="keep the worker logs (the directory is printed)")
     args = ap.parse_args(argv)
@@ -529,15 +607,19 @@ def main(argv=None) -> int:
     if args.quick and args.models:
         models = [m for m in models if m not in GRUS]
     with_upstream = not args.no_upstream
+    if args.from_json:
+        return reprint(args.from_json, args)
     workdir = tempfile.mkdtemp(prefix="ethos_u_bench_")
     t_start = time.perf_counter()
     print(f"models: {', '.join(models)}\ntargets: {', '.join(args.targets)}\n"
           f"calibration: {args.samples} N(0,1) samples per model from "
           f"torch.Generator().manual_seed({args.seed}), the same for both flows and targets\n"
           f"flows: ours{' + upstream ExecuTorch Arm Ethos-U' if with_upstream else ''}; "
-          f"one fresh process per compile, timeout {args.timeout:.0f} s")
+          f"one fresh process per compile, {args.jobs} at a time"
+          f"{' (each single-threaded)' if args.jobs > 1 else ''}, timeout {args.timeout:.0f} s")
     sys.stdout.flush()
-    results: dict = {}
+    jobs_todo = []  # (expected cost, model, target, flow, job file)
+    failed: dict = {}
     for name in models:
         try:
             model, example = build_model(name)
@@ -546,26 +628,51 @@ def main(argv=None) -> int:
             torch.save({"model": name, "state_dict": model.state_dict(),
                         "example_inputs": example, "calibration": cal}, job)
         except Exception as e:  # noqa: BLE001
-            err = {"ok": False, "error": f"model build failed: {type(e).__name__}: {e}"}
-            for t in args.targets:
-                results[(name, t)] = (err, err if with_upstream else None)
-                print_pair(name, t, err, err if with_upstream else None)
+            failed[name] = {"ok": False, "error": f"model build failed: {type(e).__name__}: {e}"}
             continue
         for t in args.targets:
-            ours = run_worker("ours", job, t, workdir, args.timeout)
-            up = run_worker("upstream", job, t, workdir, args.timeout) if with_upstream \
-                else None
-            results[(name, t)] = (ours, up)
-            print_pair(name, t, ours, up)
+            for flow in ("upstream", "ours") if with_upstream else ("ours",):
+                cost = EXPECTED_S.get(name, 30) * (3 if flow == "upstream" else 1)
+                jobs_todo.append((cost, name, t, flow, job))
+    jobs_todo.sort(key=lambda j: -j[0])  # longest first: the two slots finish together
+    done: dict = {}
+    threads = 1 if args.jobs > 1 else None
+
+    def run(item):
+        _, name, t, flow, job = item
+        return item, run_worker(flow, job, t, workdir, args.timeout, threads)
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for future in as_completed([pool.submit(run, j) for j in jobs_todo]):
+            (_, name, t, flow, _), r = future.result()
+            done[(name, t, flow)] = r
+            state = f"compile {r['compile_s']:.1f} s" if r.get("ok") else \
+                f"FAILED: {r.get('error', '')[:160]}"
+            print(f"[{time.perf_counter() - t_start:6.0f} s] {flow:<8} {name:<17} {t:<14} "
+                  f"{state}")
             sys.stdout.flush()
+    results: dict = {}
+    for name in models:
+        for t in args.targets:
+            if name in failed:
+                ours = up = failed[name]
+            else:
+                ours = done.get((name, t, "ours"), {"ok": False, "error": "not run"})
+                up = done.get((name, t, "upstream"), {"ok": False, "error": "not run"})
+            results[(name, t)] = (ours, up if with_upstream else None)
+            print_pair(name, t, ours, up if with_upstream else None)
     print_summary(results, models, args.targets, with_upstream)
+    print_issue_reference(results, with_upstream)
     print_matters(results, models, args.targets, with_upstream)
-    print_notes(with_upstream)
+    print_notes(with_upstream, args.jobs)
     print(f"\ntotal benchmark wall time {time.perf_counter() - t_start:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({f"{n}|{t}": {"ours": o, "upstream": u}
-                       for (n, t), (o, u) in results.items()}, f, indent=1)
+            meta = {"jobs": args.jobs, "samples": args.samples, "seed": args.seed,
+                    "timeout": args.timeout}
+            json.dump({"meta": meta,
+                       "results": {f"{n}|{t}": {"ours": o, "upstream": u}
+                                   for (n, t), (o, u) in results.items()}}, f, indent=1)
         print(f"raw results: {args.json}")
     if args.keep_logs:
         print(f"worker logs: {workdir}")
