@@ -488,6 +488,11 @@ def print_matters(results: dict, models, targets, with_upstream: bool):
                 if rs is not None:
                     verdict.append(f"compile x{1 / rs:.1f} faster" if rs <= 1 else
                                    f"compile x{rs:.1f} SLOWER")
+                for key, label in (("sram_peak", "SRAM peak"), ("read_only", "read-only flash")):
+                    rm = _ratio(ours.get(key), up.get(key))
+                    if rm is not None and abs(rm - 1) >= 0.02:
+                        verdict.append(f"{label} {(1 - rm) * 100:.0f}% smaller" if rm < 1 else
+                                       f"{label} x{rm:.2f} LARGER")
                 if up.get("ops_on_cpu"):
                     verdict.append(f"upstream leaves {up['ops_on_cpu']} op(s) to the CPU "
                                    f"(not in its cycles)")
@@ -510,7 +515,8 @@ NOTES = [
     "'NPU cycles' = Vela npuCycles (compute only); 'total cycles' = Vela totalCycles (the "
     "bound of compute and memory access: what Vela's summary calls the inference time). "
     "Compare each with its namesake. The issue's reference numbers do not say which kind they "
-    "are: both columns show the ratio upstream-measured-here / issue-reference.",
+    "are: both columns show the ratio upstream-measured-here / issue-reference, and the ISSUE "
+    "REFERENCE table shows which kind they track.",
     "Cycles cover the NPU partitions only: ops left to the CPU (listed per row) cost extra "
     "CPU time that neither side counts; sums are over partitions.",
     "SRAM = peak of Vela's 'sram' memory, max over partitions (the arena is reused between "
