@@ -16,7 +16,7 @@ from executorch.exir import to_edge
 
 from .errors import ConfigError, InvalidProgramError
 from .npu import COMPILER_NAMES
-from .cortex_m import cortex_m_core, is_cortex_m, lower_to_cortex_m
+from .cortex_m import is_cortex_m, lower_to_cortex_m
 from .partition import NpuPartitioner, SupportAnalysis
 from .partition.placement import Placement
 from .pipeline import default_aten_passes, edge_compile_config, export_module
@@ -138,7 +138,7 @@ def compile(
                                         tgt, partitioner)
     else:
         quantizer = TargetQuantizer(tgt, is_qat=True, operators_not_to_delegate=excluded) \
-            if cortex_m_core(tgt) else NeutronQuantizer(is_qat=True)
+            if tgt.cpu is not None else NeutronQuantizer(is_qat=True)
         reference = quantize_qat(graph, example_inputs, _progress(samples, progress), train_fn,
                                  quantizer)
         partitioner.placement = getattr(quantizer, "placement", None)
@@ -158,11 +158,10 @@ def _quantize_ptq(graph, example_inputs, samples, target, partitioner):
     with the composed quantizer so those ops get the Cortex-M rules. Returns (reference,
     Edge program) and leaves the placement in ``partitioner``."""
     samples = list(samples)
-    fallback = cortex_m_core(target) is not None
-    trial = copy.deepcopy(graph) if fallback else graph
+    trial = copy.deepcopy(graph) if target.cpu is not None else graph
     reference = quantize(trial, example_inputs, samples, NeutronQuantizer())
     edge = to_edge_program(reference, example_inputs)
-    if not fallback:
+    if target.cpu is None:
         return reference, edge
     program = edge.exported_program()
     rejected = partitioner.refine(program)
@@ -190,9 +189,8 @@ def lower(edge, partitioner, target=None):
     if partitioner.refined is not edge.exported_program():
         partitioner.refine(edge.exported_program())
     edge = edge.to_backend(partitioner)
-    core = cortex_m_core(target) if target is not None else None
-    if core is not None:
-        edge = lower_to_cortex_m(edge, core)
+    if target is not None and target.cpu is not None:
+        edge = lower_to_cortex_m(edge, target.cpu.core)
     return edge
 
 
@@ -211,7 +209,7 @@ def build_report(target: str, partitioner: NpuPartitioner, edge) -> Report:
     for k, tag in enumerate(partitioner.partitions):
         for name in partitioner.partitions[tag]:
             where[name] = k
-    cpu_kernels = _cpu_kernels(edge) if cortex_m_core(partitioner.target) else {}
+    cpu_kernels = _cpu_kernels(edge) if partitioner.target.cpu is not None else {}
     ops = []
     for name, v in partitioner.verdicts.items():
         k = where.get(name)

@@ -18,18 +18,6 @@ from .errors import ConfigError
 NAMESPACE = "cortex_m"
 
 
-def cortex_m_core(target) -> str | None:
-    """The Cortex-M core that runs ``target``'s leftover ops as int8 kernels, if any.
-
-    Only Neutron SoCs for now: the Cortex-M passes inspect every delegate's compile specs as
-    Arm ones when the backend id is the Ethos-U runtime's, so Corstone targets keep the
-    portable kernels for what Vela leaves.
-    """
-    if target.cpu is None or target.npu.kind != "neutron":
-        return None
-    return target.cpu.core
-
-
 def _target_config(core: str):
     from executorch.backends.cortex_m.target_config import CortexMTargetConfig
 
