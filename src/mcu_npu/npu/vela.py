@@ -6,6 +6,8 @@ ExecuTorch Ethos-U runtime reads (ethosu_payload.py) and Vela's estimates into s
 
 from __future__ import annotations
 
+import math
+
 
 import numpy as np
 
@@ -67,10 +69,7 @@ def check_io(model: TFLiteModel, stream: bin_stream.VelaBinStream) -> None:
 
 
 def _volume(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+    return math.prod(int(d) for d in shape)
 
 
 class VelaCompiler:
