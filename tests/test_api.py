@@ -40,7 +40,7 @@ def test_cpu_op_splits_the_npu_into_two_partitions(floor_program):
     model, x, prog = floor_program
     ops = {o.op: o for o in prog.report.ops}
     assert prog.report.summary["partitions"] == 2
-    assert ops["aten.floor"].placement == "CPU"
+    assert ops["aten.floor"].placement == "portable float kernel"  # no Cortex-M kernel either
     assert "no NPU conversion" in ops["aten.floor"].reason
     convs = [o for o in prog.report.ops if o.op == "aten.convolution"]
     assert {o.placement for o in convs} == {"NPU partition 0", "NPU partition 1"}
@@ -78,7 +78,7 @@ def test_operators_not_to_delegate_keeps_the_op_on_the_cpu():
                            calibration=calibration_set((x,)),
                            operators_not_to_delegate=["aten.convolution"])
     ops = {o.op: o for o in prog.report.ops}
-    assert ops["aten.convolution"].placement == "CPU"
+    assert ops["aten.convolution"].placement == "Cortex-M int8 kernel"
     assert "operators_not_to_delegate" in ops["aten.convolution"].reason
     assert ops["aten.linear"].placement.startswith("NPU")
     assert sqnr_db(prog.reference(x), prog.run(x)[0]) > 35

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import tempfile
@@ -15,9 +16,13 @@ from executorch.exir import to_edge
 
 from .errors import ConfigError, InvalidProgramError
 from .npu import COMPILER_NAMES
-from .partition import NpuPartitioner
+from .backend import use_device_ids
+from .cortex_m import cortex_m_core, is_cortex_m, lower_to_cortex_m
+from .partition import NpuPartitioner, SupportAnalysis
+from .partition.placement import Placement
 from .pipeline import default_aten_passes, edge_compile_config, export_module
 from .quantization import NeutronQuantizer, quantize, quantize_qat
+from .quantization.composed import TargetQuantizer, node_id
 from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, node_macs
 from .targets import get_target
 
@@ -125,16 +130,21 @@ def compile(
     else:
         samples = check_calibration(calibration, example_inputs)
     float_model = model.eval() if isinstance(model, torch.nn.Module) else model
+    excluded = tuple(operators_not_to_delegate)
     graph = export_module(float_model, example_inputs)
-    quantizer = NeutronQuantizer(is_qat=train_fn is not None, aten_passes=default_aten_passes(tgt))
+    graph = TargetQuantizer(tgt, aten_passes=default_aten_passes(tgt)).transform_for_annotation(graph)
+    partitioner = NpuPartitioner(tgt, excluded, npu_compiler)
     if train_fn is None:
-        reference = quantize(graph, example_inputs, _progress(samples, progress), quantizer)
+        reference, edge = _quantize_ptq(graph, example_inputs, _progress(samples, progress),
+                                        tgt, partitioner)
     else:
+        quantizer = TargetQuantizer(tgt, is_qat=True, operators_not_to_delegate=excluded) \
+            if cortex_m_core(tgt) else NeutronQuantizer(is_qat=True)
         reference = quantize_qat(graph, example_inputs, _progress(samples, progress), train_fn,
                                  quantizer)
-
-    partitioner = NpuPartitioner(tgt, operators_not_to_delegate, npu_compiler)
-    edge = lower(reference, example_inputs, partitioner)
+        partitioner.placement = getattr(quantizer, "placement", None)
+        edge = to_edge_program(reference, example_inputs)
+    edge = lower(edge, partitioner, tgt)
     report = build_report(tgt.name, partitioner, edge)
     report.accuracy = {}
     edge._named_data_store.add_named_data(REPORT_KEY, report.to_json().encode())
@@ -144,17 +154,49 @@ def compile(
     return prog
 
 
-def lower(reference: torch.fx.GraphModule, example_inputs: tuple, partitioner):
-    """Quantized reference -> Edge program with the NPU partitions delegated.
+def _quantize_ptq(graph, example_inputs, samples, target, partitioner):
+    """PTQ with the NPU's rules; where the NPU leaves ops to a Cortex-M CPU, quantize again
+    with the composed quantizer so those ops get the Cortex-M rules. Returns (reference,
+    Edge program) and leaves the placement in ``partitioner``."""
+    samples = list(samples)
+    fallback = cortex_m_core(target) is not None
+    trial = copy.deepcopy(graph) if fallback else graph
+    reference = quantize(trial, example_inputs, samples, NeutronQuantizer())
+    edge = to_edge_program(reference, example_inputs)
+    if not fallback:
+        return reference, edge
+    program = edge.exported_program()
+    rejected = partitioner.refine(program)
+    placement = Placement.from_analysis(
+        SupportAnalysis(program, target, partitioner.excluded, rejected))
+    if not placement.cpu:
+        return reference, edge
+    partitioner.placement = placement
+    reference = quantize(graph, example_inputs, samples,
+                         TargetQuantizer(target, placement=placement))
+    return reference, to_edge_program(reference, example_inputs)
 
-    One decomposition pass with the converter's preserved ops, then ``to_backend``: cheaper
-    than ``to_edge_transform_and_lower``, which decomposes twice (it matters for unrolled
-    recurrent graphs with thousands of nodes).
-    """
+
+def to_edge_program(reference: torch.fx.GraphModule, example_inputs: tuple):
+    """Quantized reference -> Edge program (one decomposition with the converter's preserved
+    ops: cheaper than ``to_edge_transform_and_lower``, which decomposes twice, and that
+    matters for unrolled recurrent graphs with thousands of nodes)."""
     ep = torch.export.export(reference, example_inputs)
-    edge = to_edge(ep, compile_config=edge_compile_config())
-    partitioner.refine(edge.exported_program())
-    return edge.to_backend(partitioner)
+    return to_edge(ep, compile_config=edge_compile_config())
+
+
+def lower(edge, partitioner, target=None):
+    """Delegate the NPU partitions; on a target with a Cortex-M CPU the rest runs as its int8
+    kernels."""
+    if partitioner.refined is not edge.exported_program():
+        partitioner.refine(edge.exported_program())
+    edge = edge.to_backend(partitioner)
+    core = cortex_m_core(target) if target is not None else None
+    if core is not None:
+        edge = lower_to_cortex_m(edge, core)
+    for method in edge.methods:
+        use_device_ids(edge.exported_program(method))
+    return edge
 
 
 def to_executorch(edge) -> bytes:
@@ -172,16 +214,19 @@ def build_report(target: str, partitioner: NpuPartitioner, edge) -> Report:
     for k, tag in enumerate(partitioner.partitions):
         for name in partitioner.partitions[tag]:
             where[name] = k
+    cpu_kernels = _cpu_kernels(edge) if cortex_m_core(partitioner.target) else {}
     ops = []
     for name, v in partitioner.verdicts.items():
         k = where.get(name)
+        macs = partitioner.macs.get(name, 0)
         if k is not None:
-            ops.append(OpPlacement(name, v.op, f"NPU partition {k}", "npu", "",
-                                   partitioner.macs.get(name, 0)))
-        else:
-            reason = v.reason or "its neighbours left no NPU partition worth making"
-            ops.append(OpPlacement(name, v.op, "CPU", "portable", reason,
-                                   partitioner.macs.get(name, 0)))
+            ops.append(OpPlacement(name, v.op, f"NPU partition {k}", "npu", "", macs))
+            continue
+        reason = v.reason or "its neighbours left no NPU partition worth making"
+        kernel = cpu_kernels.get(partitioner.node_ids.get(name), "float")
+        ops.append(OpPlacement(name, v.op, _CPU_PLACES[kernel],
+                               "portable" if kernel in ("float", "int8") else "cortex-m",
+                               reason, macs))
     parts = [
         PartitionInfo(k, partitioner.partitions[tag], info.get("compiler", "?"),
                       info.get("tflite_ops", []), info.get("stats", {}))
@@ -190,6 +235,40 @@ def build_report(target: str, partitioner: NpuPartitioner, edge) -> Report:
     compilers = sorted({p.compiler for p in parts}) or ["none"]
     notes = [n for info in infos for n in info.get("notes", [])]
     return Report(target, "+".join(compilers), ops, parts, notes=notes)
+
+
+_CPU_PLACES = {
+    "cortex-m": "Cortex-M int8 kernel",
+    "fused": "fused into a Cortex-M kernel",
+    "int8": "portable kernel (int8 data)",
+    "float": "portable float kernel",
+}
+
+
+def _cpu_kernels(edge) -> dict[str, str]:
+    """ATen node id -> how the CPU runs it after Cortex-M lowering: "cortex-m" when an op it
+    became is a Cortex-M kernel, "int8" / "float" when it is a portable kernel on int8 /
+    float data, and "fused" when nothing of it is left (an activation folded into the
+    kernel before it)."""
+    kernels: dict[str, str] = {}
+    for node in edge.exported_program().graph.nodes:
+        ident = node_id(node)
+        if ident is None or node.op != "call_function":
+            continue
+        if is_cortex_m(node):
+            kernels[ident] = "cortex-m"
+        elif kernels.get(ident) != "cortex-m":
+            val = node.meta.get("val")
+            floating = isinstance(val, torch.Tensor) and val.dtype.is_floating_point
+            kernels[ident] = "float" if floating or kernels.get(ident) == "float" else "int8"
+    return _FusedDefault(kernels)
+
+
+class _FusedDefault(dict):
+    """Ids with no op left were absorbed by the Cortex-M kernel they followed."""
+
+    def get(self, key, default=None):
+        return super().get(key, "fused" if key is not None else default)
 
 
 def _delegate_infos(edge) -> list[dict]:

@@ -1,10 +1,12 @@
 """The backends' ``preprocess``: Edge partition -> TFLite int8 -> NPU compiler -> payload.
 
-Each class name is the backend id written into the ``.pte``; they match the names the
-ExecuTorch device runtimes register (``NeutronBackend``, ``EthosUBackend``), so a vendor
-payload runs there unchanged. A vendor payload's TFLite graph is kept as named data beside
-it, under a key derived from the payload, for the host emulator; device runtimes never look
-it up.
+ExecuTorch finds a backend by class name, and upstream's Arm and NXP backends define classes
+named like the device runtimes' ids, so these classes carry names of their own and
+``DeviceBackendIds`` writes the device id (``NeutronBackend``, ``EthosUBackend``) into the
+lowered modules afterwards; a vendor payload then runs on the device runtime unchanged, and
+importing an upstream backend in the same process cannot take over this project's
+partitions. A vendor payload's TFLite graph is kept as named data beside it, under a key
+derived from the payload, for the host emulator; device runtimes never look it up.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import hashlib
 
 from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from executorch.exir.lowered_backend_module import LoweredBackendModule
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch.export import ExportedProgram
 
 from .compile_spec import NpuCompileSpec
@@ -67,20 +72,49 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
                             _delegate_info_meta=info)
 
 
-class NeutronBackend(BackendDetails):
-    """Partitions for NXP's eIQ Neutron NPU."""
+class McuNpuNeutronBackend(BackendDetails):
+    """Partitions for NXP's eIQ Neutron NPU (device id ``NeutronBackend``)."""
+
+    device_id = "NeutronBackend"
 
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
         return npu_preprocess(edge_program, compile_specs)
 
 
-class EthosUBackend(BackendDetails):
-    """Partitions for Arm's Ethos-U NPUs."""
+class McuNpuEthosUBackend(BackendDetails):
+    """Partitions for Arm's Ethos-U NPUs (device id ``EthosUBackend``)."""
+
+    device_id = "EthosUBackend"
 
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
         return npu_preprocess(edge_program, compile_specs)
 
 
-BACKENDS = {"neutron": NeutronBackend, "ethos-u": EthosUBackend}
+BACKENDS = {"neutron": McuNpuNeutronBackend, "ethos-u": McuNpuEthosUBackend}
+DEVICE_IDS = {cls.__name__: cls.device_id for cls in BACKENDS.values()}
+
+
+def use_device_ids(exported_program: ExportedProgram) -> bool:
+    """Rename this project's lowered modules in place to the device runtimes' backend ids;
+    True if any was renamed."""
+    renamed = False
+    for module in exported_program.graph_module.modules():
+        if isinstance(module, LoweredBackendModule) and module.backend_id in DEVICE_IDS:
+            module._backend_id = DEVICE_IDS[module.backend_id]
+            renamed = True
+    return renamed
+
+
+class DeviceBackendIds(ExportedProgramPassBase):
+    """``use_device_ids`` as a pass, for pipelines such as ExecuTorch recipes."""
+
+    def call(self, exported_program: ExportedProgram):
+        return ExportedProgramPassResult(exported_program, use_device_ids(exported_program))
+
+
+def device_id_passes() -> ExportedProgramPassManager:
+    """``EdgeProgramManager.transform`` argument applying ``DeviceBackendIds``; run it after
+    every other pass (the last step before ``to_executorch``)."""
+    return ExportedProgramPassManager([DeviceBackendIds()])

@@ -16,7 +16,8 @@ STAT_KEYS = ("npu_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
 
 @dataclass(frozen=True)
 class OpPlacement:
-    """One compute op: where it runs (``NPU partition k`` or ``CPU``) and, if not NPU, why."""
+    """One compute op: where it runs (``NPU partition k``, ``Cortex-M int8 kernel`` or
+    ``portable float kernel``) and, if not on the NPU, why."""
 
     node: str
     op: str
@@ -54,6 +55,7 @@ class Report:
             "ops_total": total,
             "ops_on_npu": len(on_npu),
             "ops_on_cpu": total - len(on_npu),
+            "ops_on_cortex_m": sum(o.kernel == "cortex-m" for o in self.ops),
             "partitions": len(self.partitions),
             "npu_ops_fraction": round(len(on_npu) / total, 4) if total else 0.0,
             "macs": sum(o.macs for o in self.ops),
@@ -95,7 +97,7 @@ class Report:
             f"target {s['target']}   NPU compiler {s['npu_compiler']}",
             f"{s['ops_on_npu']}/{s['ops_total']} compute ops on the NPU "
             f"({100 * s['npu_ops_fraction']:.1f}%) in {s['partitions']} partition(s); "
-            f"{s['ops_on_cpu']} on the CPU",
+            f"{s['ops_on_cpu']} on the CPU ({s['ops_on_cortex_m']} as Cortex-M int8 kernels)",
         ]
         if s["macs"]:
             lines.append(f"MACs {s['macs']:,} ({s['npu_macs']:,} on the NPU)")

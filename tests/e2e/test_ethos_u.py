@@ -56,3 +56,33 @@ def test_vela_payload_is_the_device_layout_and_host_graph_sits_beside_it(tmp_pat
     blocks = ethosu_payload.parse(payload)
     assert blocks is not None and host_graph_key(payload) == keys[0]
     assert torch.equal(loaded.run(*tests[0])[0], prog.run(*tests[0])[0])
+
+
+UPSTREAM_AFTER = """
+import torch, mcu_npu
+import mcu_npu.backend  # this project's backends, defined first
+import executorch.backends.arm.ethosu  # then upstream's EthosUBackend class
+from executorch.exir._serialize._program import deserialize_pte_binary
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)).eval()
+x = torch.randn(1, 3, 12, 10)
+prog = mcu_npu.compile(m, (x,), target="ethos-u55-128", calibration=[(x,)])
+pte = deserialize_pte_binary(prog.buffer).program
+print([d.id for plan in pte.execution_plan for d in plan.delegates])
+print(prog.report.partitions[0].compiler, float((prog.run(x)[0] - prog.reference(x)).abs().max()))
+"""
+
+
+def test_upstream_arm_backend_in_the_same_process_does_not_take_the_partitions():
+    """Upstream's Arm backend registers a class named like the device id; this project's
+    partitions still reach its own backend and the program still names the device id."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", UPSTREAM_AFTER], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ids, last = r.stdout.strip().splitlines()[-2:]
+    assert ids == "['EthosUBackend']"
+    compiler, err = last.split()
+    assert compiler == "vela" and float(err) <= 0.2

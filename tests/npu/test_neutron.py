@@ -171,9 +171,8 @@ UPSTREAM_CASES = [
 
 
 def compare_with_upstream() -> str:
-    """Byte-for-byte check against upstream's PayloadComposer (run in a child process:
-    importing the upstream backend registers a second ``NeutronBackend`` class, which would
-    shadow this project's in ExecuTorch's by-name backend lookup for the rest of the run)."""
+    """Byte-for-byte check against upstream's PayloadComposer (run in a child process,
+    so upstream's NXP modules and their registrations stay out of the test run)."""
     monkeypatch = pytest.MonkeyPatch()
     install(monkeypatch, Behaviour())
     try:

@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from ..compile_spec import NpuCompileSpec
 from ..errors import ConfigError
+from ..quantization.composed import node_id
 from ..report import node_macs
 from ..targets import Target, get_target
 from ..tflite import convert
@@ -86,7 +87,8 @@ class NpuPartitioner(Partitioner):
     """Delegates to the target's NPU what its converter, its limits and its compiler accept.
 
     ``operators_not_to_delegate``: op names (``"aten.convolution"`` or ``"convolution"``) or
-    node names kept on the CPU. After ``partition`` runs, ``verdicts`` maps node names to
+    node names kept on the CPU; ``"*"`` keeps every op there. ``placement`` (decided before
+    quantization, see ``partition.placement``) keeps its CPU nodes there with its reasons. After ``partition`` runs, ``verdicts`` maps node names to
     the placement decision and ``partitions`` maps each tag to its compute node names.
     """
 
@@ -97,6 +99,7 @@ class NpuPartitioner(Partitioner):
         target: str | Target | None = None,
         operators_not_to_delegate: Iterable[str] = (),
         npu_compiler: str = "auto",
+        placement=None,
     ):
         from ..backend import BACKENDS
 
@@ -106,16 +109,23 @@ class NpuPartitioner(Partitioner):
         backend = BACKENDS[self.target.npu.kind]
         self.delegation_spec = DelegationSpec(backend.__name__, spec.to_compile_specs())
         self.npu_compiler = npu_compiler
+        self.placement = placement
+        self.placement_source = None  # e.g. a TargetQuantizer that decides ``placement`` later
         self.verdicts: dict[str, Verdict] = {}
         self.partitions: dict[str, list[str]] = {}
         self.macs: dict[str, int] = {}
+        self.node_ids: dict[str, str | None] = {}  # Edge node name -> ATen node id
         self.compiler_rejections: dict[str, str] | None = None
+        self.partitioned = False
+        self.refined: ExportedProgram | None = None  # the program ``refine`` last checked
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        if self.placement is None and self.placement_source is not None:
+            self.placement = getattr(self.placement_source, "placement", None)
         if self.compiler_rejections is None:
             self.refine(exported_program)
         analysis = SupportAnalysis(exported_program, self.target, self.excluded,
-                                   self.compiler_rejections)
+                                   self.compiler_rejections, self.placement)
         groups = propose(exported_program, analysis)
         tags = {}
         for group in groups:
@@ -126,7 +136,9 @@ class NpuPartitioner(Partitioner):
             self.partitions[tag] = [n.name for n in group if n in analysis.verdicts]
         tag_constant_data(exported_program)
         self.verdicts = {n.name: v for n, v in analysis.verdicts.items()}
+        self.node_ids = {n.name: node_id(n) for n in analysis.verdicts}
         self.macs = {n.name: node_macs(n) for n in analysis.verdicts}
+        self.partitioned = True
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
 
     def refine(self, program: ExportedProgram) -> dict[str, str]:
@@ -140,7 +152,8 @@ class NpuPartitioner(Partitioner):
         check = compiler_check(self.target) if self.npu_compiler in ("auto", "vela") else None
         rejected: dict[str, str] = {}
         for _ in range(MAX_REFINEMENTS if check is not None else 0):
-            analysis = SupportAnalysis(program, self.target, self.excluded, rejected)
+            analysis = SupportAnalysis(program, self.target, self.excluded, rejected,
+                                       self.placement)
             found = {}
             for group in propose(program, analysis):
                 view = partition_view(program, group)
@@ -156,15 +169,18 @@ class NpuPartitioner(Partitioner):
             if check is not None:
                 raise RuntimeError("NPU partitioning did not settle; please report this model")
         self.compiler_rejections = rejected
+        self.refined = program
         return rejected
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
-        """Keep linear, hardswish and prelu whole when they are quantized (NPU candidates)."""
+        """Keep linear, hardswish and prelu whole when they are quantized: NPU candidates, and
+        the Cortex-M kernels want them whole too."""
 
         def keep(node: Node) -> bool:
+            if self.partitioned:  # what is left after delegation is the CPU's, kept whole
+                return False
             args = [a for a in node.args if isinstance(a, Node)]
-            return bool(args) and all("dequantize" in str(a.target) for a in args) and \
-                not set(self.excluded) & {node.target.__name__.split(".")[0], str(node.target)}
+            return bool(args) and all("dequantize" in str(a.target) for a in args)
 
         return list(PRESERVED_ATEN_OPS), keep
 

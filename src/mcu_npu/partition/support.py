@@ -15,6 +15,7 @@ from typing import Iterable
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ..quantization.composed import node_id
 from ..targets import Target
 from ..tflite.ops.activations import CLAMPS
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
@@ -49,13 +50,14 @@ class SupportAnalysis:
     """Placement decisions for every compute node of an Edge program."""
 
     def __init__(self, program: ExportedProgram, target: Target, excluded: Iterable[str] = (),
-                 compiler_rejections: dict[str, str] | None = None):
+                 compiler_rejections: dict[str, str] | None = None, placement=None):
         sig = program.graph_signature
         self.constants = {*sig.inputs_to_parameters, *sig.inputs_to_buffers,
                           *sig.inputs_to_lifted_tensor_constants}
         self.target = target
         self.excluded = set(excluded)
         self.compiler_rejections = dict(compiler_rejections or {})
+        self.placement = placement  # decided before quantization (partition.placement)
         self.graph = program.graph_module.graph
         self._const_path: dict[Node, bool] = {}
         self.verdicts: dict[Node, Verdict] = {}
@@ -116,7 +118,10 @@ class SupportAnalysis:
     def _verdict(self, node: Node) -> Verdict:
         name = op_name(node)
         short = name.split(".")[-1]
-        if self.excluded & {name, short, node.name}:
+        decided = self.placement.cpu.get(node_id(node)) if self.placement is not None else None
+        if decided is not None:
+            return Verdict(node.name, name, False, decided.reason, decided.category)
+        if self.excluded & {name, short, node.name, "*"}:
             return Verdict(node.name, name, False, "excluded by operators_not_to_delegate",
                            "excluded")
         producer = node.args[0] if node.args else None

@@ -129,6 +129,12 @@ class Program:
         return list(self._plans)
 
     @property
+    def operator_names(self) -> list[str]:
+        """The kernels the program calls (``ns::op``), over all methods."""
+        return list(dict.fromkeys(op.name for plan in self._plans.values()
+                                  for op in plan.operators))
+
+    @property
     def input_specs(self) -> list[InputSpec]:
         """Shape and dtype of each input of the default method."""
         return self.input_specs_of(self._default_method())

@@ -3,6 +3,8 @@ softmax; plus the fused-activation helper conv, linear and add use."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from torch.fx import Node
@@ -137,7 +139,20 @@ def softmax_on_last_memory_axis(node: Node, target=None) -> bool:
     return isinstance(node.args[1], int)
 
 
-@converts(aten._softmax.default, checks=(static_shapes, softmax_on_last_memory_axis))
+def neutron_softmax_limits(node: Node, target=None) -> bool:
+    """softmax on Neutron: at most 2040 channels, 4096 rows and 524288 elements"""
+    if target is None or target.npu.kind != "neutron":
+        return True
+    lim = target.npu.limits
+    shape = tuple(node.args[0].meta["val"].shape)
+    channels = shape[node.args[1] % len(shape)]
+    rows = math.prod(shape) // channels
+    return channels <= lim.max_softmax_channels and rows <= lim.max_softmax_rows and \
+        channels * rows <= lim.max_softmax_elements
+
+
+@converts(aten._softmax.default,
+          checks=(static_shapes, softmax_on_last_memory_axis, neutron_softmax_limits))
 def convert_softmax(ctx: Context, node: Node) -> None:
     """TFLite SOFTMAX works on the innermost axis: lay the tensor out with ``dim`` last."""
     x = ctx.value(node.args[0])

@@ -1,0 +1,125 @@
+"""ExecuTorch recipes: the Neutron provider is registered on import, and
+``executorch.export.export(model, samples, get_imxrt700_recipe())`` gives the program
+``mcu_npu.compile`` gives."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from executorch.export import ExportRecipe, export, recipe_registry
+from torch import nn
+
+import mcu_npu
+from mcu_npu.errors import ConfigError
+from mcu_npu.models.mlperf_tiny import MODELS
+from mcu_npu.recipes import (
+    BACKEND,
+    NeutronRecipeType,
+    get_imxrt700_recipe,
+    neutron_recipe,
+)
+from mcu_npu.runtime import load_program
+
+from helpers import calibration_set
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def _recipe_program(model, samples, recipe):
+    session = export(model, samples, recipe)
+    return load_program(bytes(session.get_executorch_program_manager().buffer))
+
+
+def _assert_same_outputs(prog, program, samples):
+    for sample in samples:
+        a, b = prog.run(*sample)[0], program.run(*sample)[0]
+        assert torch.equal(a, b), float((a - b).abs().max())
+
+
+def test_provider_is_registered_with_executorch():
+    assert BACKEND in recipe_registry.list_backends()
+    assert set(recipe_registry.get_supported_recipes(BACKEND)) == set(NeutronRecipeType)
+    recipe = ExportRecipe.get_recipe(NeutronRecipeType.INT8_PTQ, target="imxrt700")
+    assert recipe.quantization_recipe.quantizers and recipe.lowering_recipe.partitioners
+
+
+def test_recipe_errors():
+    with pytest.raises(ConfigError, match="train_fn"):
+        neutron_recipe(NeutronRecipeType.INT8_QAT)
+    with pytest.raises(ConfigError, match="Neutron"):
+        neutron_recipe(target="corstone-300")
+    with pytest.raises(ConfigError, match="unknown target"):
+        neutron_recipe(target="imxrt9000")
+
+
+class Mixed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 8 * 8, 6)
+
+    def forward(self, x):
+        y = nn.functional.gelu(torch.relu(self.a(x)))
+        return self.fc(torch.relu(self.b(y)).flatten(1))
+
+
+def test_recipe_equals_compile_with_cortex_m_fallback():
+    torch.manual_seed(0)
+    model = Mixed().eval()
+    samples = calibration_set((torch.randn(1, 3, 8, 8),), n=6)
+    prog = mcu_npu.compile(model, samples[0], calibration=samples,
+                           operators_not_to_delegate=["linear"])
+    assert prog.report.summary["ops_on_cortex_m"] >= 2
+    program = _recipe_program(model, samples,
+                              get_imxrt700_recipe(operators_not_to_delegate=["linear"]))
+    assert any(n.startswith("cortex_m::") for n in program.operator_names)
+    _assert_same_outputs(prog, program, samples)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_recipe_equals_compile_on_mlperf_tiny(name):
+    model, example = MODELS[name]()
+    samples = calibration_set(example, n=4, seed=1)
+    prog = mcu_npu.compile(model, samples[0], calibration=samples)
+    program = _recipe_program(model, samples, get_imxrt700_recipe())
+    _assert_same_outputs(prog, program, samples)
+
+
+@pytest.mark.slow
+def test_qat_recipe_is_at_least_as_accurate_as_ptq():
+    sys.path.insert(0, EXAMPLES)
+    import digits
+
+    batch = 16
+    model = digits.trained_model()
+    x, y, xv, yv = digits.split()
+    samples = [(x[i:i + batch],) for i in range(0, 8 * batch, batch)]
+
+    def accuracy(program) -> float:
+        n = len(xv) // batch * batch
+        hits = sum(int((program.run(xv[i:i + batch])[0].argmax(1) == yv[i:i + batch]).sum())
+                   for i in range(0, n, batch))
+        return 100.0 * hits / n
+
+    def train(prepared):
+        opt = torch.optim.SGD(prepared.parameters(), lr=2e-4, momentum=0.9)
+        g = torch.Generator().manual_seed(0)
+        for _ in range(2):
+            order = torch.randperm(len(x), generator=g)
+            for i in range(0, len(x) - batch + 1, batch):
+                idx = order[i:i + batch]
+                opt.zero_grad()
+                nn.functional.cross_entropy(prepared(x[idx]), y[idx]).backward()
+                opt.step()
+
+    ptq = accuracy(_recipe_program(model, samples, get_imxrt700_recipe()))
+    qat = accuracy(_recipe_program(model, samples, get_imxrt700_recipe(is_qat=True,
+                                                                       train_fn=train)))
+    print(f"PTQ {ptq:.1f}%  QAT {qat:.1f}%")
+    assert ptq >= 90.0
+    assert qat >= ptq, (ptq, qat)
