@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
-from executorch.exir import to_edge
 
 from .errors import ConfigError, InvalidProgramError
 from .npu import COMPILER_NAMES
-from .backend import use_device_ids
+from .backend import keep_interfaces_only, use_device_ids
 from .cortex_m import cortex_m_core, is_cortex_m, lower_to_cortex_m
 from .partition import NpuPartitioner, SupportAnalysis
 from .partition.placement import Placement
-from .pipeline import default_aten_passes, edge_compile_config, export_module
+from .pipeline import default_aten_passes, export_module, to_edge_program
 from .quantization import NeutronQuantizer, quantize, quantize_qat
 from .quantization.composed import TargetQuantizer, node_id
 from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, node_macs
@@ -177,20 +176,14 @@ def _quantize_ptq(graph, example_inputs, samples, target, partitioner):
     return reference, to_edge_program(reference, example_inputs)
 
 
-def to_edge_program(reference: torch.fx.GraphModule, example_inputs: tuple):
-    """Quantized reference -> Edge program (one decomposition with the converter's preserved
-    ops: cheaper than ``to_edge_transform_and_lower``, which decomposes twice, and that
-    matters for unrolled recurrent graphs with thousands of nodes)."""
-    ep = torch.export.export(reference, example_inputs)
-    return to_edge(ep, compile_config=edge_compile_config())
-
-
 def lower(edge, partitioner, target=None):
     """Delegate the NPU partitions; on a target with a Cortex-M CPU the rest runs as its int8
     kernels."""
     if partitioner.refined is not edge.exported_program():
         partitioner.refine(edge.exported_program())
     edge = edge.to_backend(partitioner)
+    for method in edge.methods:
+        keep_interfaces_only(edge.exported_program(method))
     core = cortex_m_core(target) if target is not None else None
     if core is not None:
         edge = lower_to_cortex_m(edge, core)

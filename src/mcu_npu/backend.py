@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 
+import torch
+
 from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.lowered_backend_module import LoweredBackendModule
@@ -105,6 +107,42 @@ def use_device_ids(exported_program: ExportedProgram) -> bool:
             module._backend_id = DEVICE_IDS[module.backend_id]
             renamed = True
     return renamed
+
+
+class _Outputs(torch.nn.Module):
+    """Zeros shaped like a delegate's outputs: all ExecuTorch still needs of its graph."""
+
+    def __init__(self, outputs: list[tuple[tuple[int, ...], torch.dtype]], as_tuple: bool):
+        super().__init__()
+        self.outputs, self.as_tuple = outputs, as_tuple
+
+    def forward(self, *inputs):
+        outs = tuple(torch.zeros(shape, dtype=dtype) for shape, dtype in self.outputs)
+        return outs if self.as_tuple else outs[0]
+
+
+def keep_interfaces_only(exported_program: ExportedProgram) -> None:
+    """Replace each lowered module's copy of its partition graph by a graph that only makes
+    outputs of the right shapes.
+
+    After delegation ExecuTorch runs that graph on fake tensors whenever a pass meets the
+    delegate call (shape propagation, every pass of ``to_executorch``) and deep-copies it
+    with the program; for an unrolled recurrent network that is thousands of nodes each
+    time. The payload is already built, so only the interface matters. What is lost is the
+    delegate's debug-handle map (per-op profiling inside the NPU call).
+    """
+    for module in exported_program.graph_module.modules():
+        if not isinstance(module, LoweredBackendModule):
+            continue
+        original = module.original_module
+        out = original.graph.output_node().args[0]
+        as_tuple = isinstance(out, (list, tuple))
+        vals = [n.meta["val"] for n in (out if as_tuple else [out])]
+        user = set(original.graph_signature.user_inputs)
+        inputs = tuple(torch.zeros(n.meta["val"].shape, dtype=n.meta["val"].dtype)
+                       for n in original.graph.nodes if n.op == "placeholder" and n.name in user)
+        stub = _Outputs([(tuple(v.shape), v.dtype) for v in vals], as_tuple)
+        module._original_exported_program = torch.export.export(stub, inputs)
 
 
 class DeviceBackendIds(ExportedProgramPassBase):

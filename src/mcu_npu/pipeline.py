@@ -21,10 +21,13 @@ def edge_compile_config() -> EdgeCompileConfig:
 
 def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: recurrent layers become
-    single-layer, then elementary ops every NPU converts."""
+    single-layer, then elementary ops every NPU converts; steps whose output is never read
+    are not computed, and a zero initial state costs no recurrent matmul."""
     from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
+    from .passes.aten import FoldLinearOfZeros, FoldSelectOfCat
 
-    return [SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM()]
+    return [SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
+            FoldSelectOfCat(), FoldLinearOfZeros()]
 
 
 def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
@@ -49,5 +52,49 @@ def quantized_edge(
     if not isinstance(model, GraphModule):
         model = export_module(model, example_inputs)
     reference = quantize(model, example_inputs, calibration, quantizer or NeutronQuantizer())
+    return reference, to_edge_program(reference, example_inputs)
+
+
+def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgramManager:
+    """Quantized reference -> Edge program, with the converter's ops preserved.
+
+    One ``to_edge`` (``to_edge_transform_and_lower`` decomposes twice). Unrolled recurrent
+    graphs hold thousands of nodes and every ExecuTorch pass re-traces each one, so two costs
+    are cut: node provenance (``from_node``, which each pass deep-copies and extends) is
+    dropped, and when every op is already core ATen or preserved the decomposition re-trace
+    is skipped, since it would return the same graph.
+    """
+    _drop_provenance(reference.graph)
     ep = torch.export.export(reference, tuple(example_inputs))
-    return reference, to_edge(ep, compile_config=edge_compile_config())
+    _drop_provenance(ep.graph)
+    config = edge_compile_config()
+    if _decomposed_already(ep, config):
+        ep.run_decompositions = lambda *args, **kwargs: ep
+    return to_edge(ep, compile_config=config)
+
+
+def _drop_provenance(graph: torch.fx.Graph) -> None:
+    for node in graph.nodes:
+        node.meta.pop("from_node", None)
+
+
+def _decomposed_already(ep, config: EdgeCompileConfig) -> bool:
+    """Every op of ``ep`` is one ``to_edge``'s decomposition keeps as it is (a ``zeros`` is
+    rewritten to the ``full`` it decomposes to)."""
+    from executorch.exir.tracer import _default_decomposition_table
+
+    aten = torch.ops.aten
+    zeros = [n for n in ep.graph.nodes if n.op == "call_function" and n.target == aten.zeros.default]
+    for node in zeros:
+        node.target, node.args = aten.full.default, (node.args[0], 0.0)
+    if zeros:
+        ep.graph_module.recompile()
+    table = _default_decomposition_table()
+    keep = set(config.preserve_ops)
+    for node in ep.graph.nodes:
+        op = node.target
+        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or op in keep:
+            continue
+        if op in table or (op.namespace == "aten" and torch.Tag.core not in op.tags):
+            return False
+    return True

@@ -61,16 +61,56 @@ def cluster_members(analysis: SupportAnalysis) -> set[Node]:
     return members
 
 
+def single_group(nodes: list[Node], members: set[Node]) -> list[Node] | None:
+    """The members as one group when they are connected and convex (no path leaves the
+    members and comes back), checked in one pass over the graph; else None.
+
+    The common case (the whole model on the NPU, e.g. an unrolled recurrent network with
+    thousands of nodes) then costs linear time instead of the general partitioner's merging.
+    """
+    group = [n for n in nodes if n in members and n.op == "call_function"]
+    inside = set(group)
+    parent = {n: n for n in group}
+
+    def root(n):
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    outside_reach: set[Node] = set()  # non-members reachable from a member
+    for node in nodes:
+        preds = node.all_input_nodes
+        if node in inside:
+            for p in preds:
+                if p in outside_reach:
+                    return None  # a path leaves the members and comes back
+                if p in inside:
+                    parent[root(p)] = root(node)
+        elif any(p in inside or p in outside_reach for p in preds):
+            outside_reach.add(node)
+    roots = {root(n) for n in group}
+    return group if len(roots) == 1 else None
+
+
 def propose(program: ExportedProgram, analysis: SupportAnalysis) -> list[list[Node]]:
     """Connected, acyclic groups of member nodes holding at least one compute node, in
     graph order."""
+    members = cluster_members(analysis)
+    group = single_group(list(program.graph.nodes), members)
+    groups = [group] if group is not None else general_groups(program, members)
+    return [g for g in groups if any(n in analysis.verdicts for n in g)]
+
+
+def general_groups(program: ExportedProgram, members: set[Node]) -> list[list[Node]]:
+    """Connected, acyclic groups of ``members`` in graph order, by torch.fx's
+    capability-based partitioner (any shape of member set)."""
     gm = program.graph_module
     proposed = CapabilityBasedPartitioner(
-        gm, _Members(cluster_members(analysis)), allows_single_node_partition=True
+        gm, _Members(members), allows_single_node_partition=True
     ).propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     groups = [sorted(p.nodes, key=order.__getitem__) for p in proposed]
-    groups = [g for g in groups if any(n in analysis.verdicts for n in g)]
     return sorted(groups, key=lambda g: order[g[0]])
 
 

@@ -30,6 +30,16 @@ def op_name(node: Node) -> str:
     return name[: -len(".default")] if name.endswith(".default") else name
 
 
+def op_aliases(name: str) -> set[str]:
+    """The names a user may give ``operators_not_to_delegate`` for op ``name``:
+    ``aten.add.Tensor``, ``add.Tensor``, ``aten.add`` and ``add``."""
+    parts = name.split(".")
+    names = {name, ".".join(parts[1:])}
+    if len(parts) == 3:
+        names |= {".".join(parts[:2]), parts[1]}
+    return names
+
+
 def _is(node, targets) -> bool:
     return isinstance(node, Node) and node.op == "call_function" and node.target in targets
 
@@ -117,11 +127,10 @@ class SupportAnalysis:
 
     def _verdict(self, node: Node) -> Verdict:
         name = op_name(node)
-        short = name.split(".")[-1]
         decided = self.placement.cpu.get(node_id(node)) if self.placement is not None else None
         if decided is not None:
             return Verdict(node.name, name, False, decided.reason, decided.category)
-        if self.excluded & {name, short, node.name, "*"}:
+        if self.excluded & {*op_aliases(name), node.name, "*"}:
             return Verdict(node.name, name, False, "excluded by operators_not_to_delegate",
                            "excluded")
         producer = node.args[0] if node.args else None

@@ -66,6 +66,10 @@ class Value:
     tensor: int | None = None
     data: np.ndarray | None = None  # constant contents in PyTorch layout
     _layouts: dict = field(default_factory=dict)
+    view: tuple | None = None
+    """``(base, offsets)`` for a slice not emitted yet: the window of the activation ``base``
+    starting at ``offsets`` (per PyTorch axis), laid out like ``base``. Slices of it read
+    ``base`` directly; anything else gets it materialized by ``Context.tensor``."""
 
     @property
     def is_const(self) -> bool:
@@ -95,6 +99,16 @@ class IOSpec:
     quantized_outside: bool
 
 
+def window(base: Value, offsets, shape, tflite_shape) -> tuple[list[int], list[int]]:
+    """STRIDED_SLICE begin / end (TFLite axes) of the window ``shape`` of ``base`` at
+    ``offsets`` (PyTorch axes)."""
+    begin, stop = [0] * base.rank, list(tflite_shape)
+    for d in range(base.rank):
+        axis = base.perm.index(d)
+        begin[axis], stop[axis] = offsets[d], offsets[d] + shape[d]
+    return begin, stop
+
+
 def _is(node, targets) -> bool:
     return isinstance(node, Node) and node.op == "call_function" and node.target in targets
 
@@ -107,6 +121,7 @@ class Context:
         self.builder = builder
         self.target = target
         self.values: dict[Node, Value] = {}
+        self._int32: dict[tuple, int] = {}
         sig = program.graph_signature
         self._const_names = {
             **sig.inputs_to_parameters,
@@ -211,6 +226,8 @@ class Context:
     # layout ------------------------------------------------------------------------------
     def tensor(self, value: Value, perm=None) -> int:
         """Index of a TFLite tensor holding ``value`` laid out as ``perm`` (default: its own)."""
+        if value.view is not None and value.tensor is None:
+            self._materialize(value)
         perm = value.perm if perm is None else tuple(perm)
         if perm in value._layouts:
             return value._layouts[perm]
@@ -232,6 +249,21 @@ class Context:
         value._layouts[perm] = idx
         return idx
 
+    def _materialize(self, value: Value) -> None:
+        """Emit the STRIDED_SLICE a lazy slice stands for."""
+        base, offsets = value.view
+        src = self.tensor(base)
+        begin, stop = window(base, offsets, value.shape, self.builder.tensor(src).shape)
+        idx = self.builder.add_tensor(
+            f"{self.builder.tensor(src).name}/window", layout.permute_shape(value.shape, value.perm),
+            value.dtype, scale=None if value.q is None else value.q.scale,
+            zero_point=None if value.q is None else value.q.zero_point)
+        self.op(OP.STRIDED_SLICE, [src, self.int32(begin), self.int32(stop),
+                                   self.int32([1] * value.rank)], [idx],
+                schema.StridedSliceOptionsT())
+        value.tensor = idx
+        value._layouts[value.perm] = idx
+
     def _const_tensor(self, value: Value, perm) -> int:
         data = np.transpose(value.data, perm) if value.rank else value.data
         q = value.q
@@ -247,9 +279,13 @@ class Context:
         return self.builder.add_operator(code, inputs, outputs, options)
 
     def int32(self, values) -> int:
+        """An int32 constant (shapes, slice bounds); equal ones are one shared tensor."""
         data = np.asarray(values, dtype=np.int32)
-        return self.builder.add_tensor(f"i32_{len(self.builder.graph.tensors)}", data.shape,
-                                       np.int32, data=data)
+        key = (data.shape, data.tobytes())
+        if key not in self._int32:
+            self._int32[key] = self.builder.add_tensor(
+                f"i32_{len(self.builder.graph.tensors)}", data.shape, np.int32, data=data)
+        return self._int32[key]
 
     def reshape_op(self, src: int, dst: int, shape) -> None:
         opts = schema.ReshapeOptionsT()

@@ -4,7 +4,10 @@
 inserts new ATen nodes and gives each a fake-tensor ``meta["val"]`` so later passes (and a
 second pass of this family) still know shapes; ``decompose_recurrent`` unrolls every layer
 and direction over time around a per-gate-type cell function, with the input projection
-of the whole sequence hoisted into one ``aten.linear`` per layer and direction.
+of the whole sequence hoisted into one ``aten.linear`` per layer and direction. A cell may
+have that projection cut into gate groups once, outside the loop (``Cell.input_groups``), so
+each step reads its gates with one ``select`` each: one slice per read is what an NPU
+compiler folds into the consumer's addressing, where a select followed by a slice is a copy.
 """
 
 from __future__ import annotations
@@ -177,8 +180,10 @@ def finish(gm: GraphModule) -> None:
     gm.recompile()
 
 
-# A cell maps (emit, input projection of one step, recurrent projection, state) to the new state;
-# state[0] is the hidden state that is also the step's output.
+# A cell maps (emit, input projection of one step, recurrent projection, state, hidden) to the
+# new state; state[0] is the hidden state that is also the step's output. A cell with an
+# ``input_groups`` attribute (a tuple of (first gate, gate count)) gets the step's input
+# projection as a tuple, one node per group, cut from the sequence projection once.
 Cell = Callable[[Emitter, Node, Node, tuple[Node, ...], int], tuple[Node, ...]]
 
 
@@ -195,13 +200,18 @@ def decompose_recurrent(gm: GraphModule, call: RecurrentCall, cell: Cell) -> lis
             w_ih, w_hh, b_ih, b_hh = call.cell_params(layer, direction)
             hidden = static_shape(w_hh, gm)[1]
             x_proj = emit(aten.linear.default, x, w_ih, b_ih)
+            groups = getattr(cell, "input_groups", None)
+            if groups is not None:
+                x_proj = tuple(emit(aten.slice.Tensor, x_proj, -1, first * hidden,
+                                    (first + count) * hidden) for first, count in groups)
             index = layer * call.num_directions + direction
             state = tuple(emit(aten.select.int, h, 0, index) for h in call.hx)
             for i, s in enumerate(state):
                 s.meta[STATE_KEY] = f"{call.node.name}/l{layer}d{direction}/s{i}"
             steps = [None] * seq_len
             for t in (range(seq_len) if direction == 0 else reversed(range(seq_len))):
-                x_t = emit(aten.select.int, x_proj, td, t)
+                x_t = tuple(emit(aten.select.int, p, td, t) for p in x_proj) \
+                    if groups is not None else emit(aten.select.int, x_proj, td, t)
                 h_proj = emit(aten.linear.default, state[0], w_hh, b_hh)
                 state = cell(emit, x_t, h_proj, state, hidden)
                 for i, s in enumerate(state):

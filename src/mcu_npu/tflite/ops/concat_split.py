@@ -1,5 +1,9 @@
 """cat, slice, select and split along any axis (mapped through the value's layout).
 
+A slice read only by further slices or selects is not emitted: it stays a window of its
+input, and the slices reading it become one STRIDED_SLICE of that input. One slice per read
+is what Vela folds into the consumer's addressing; a slice of a slice costs it a copy.
+
 # aten::cat(Tensor[] tensors, int dim=0)
 # aten::slice_copy.Tensor(Tensor self, int dim=0, SymInt? start, SymInt? end, SymInt step=1)
 # aten::split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]
@@ -13,8 +17,8 @@ from torch.fx import Node
 
 from .. import layout
 from ..args import bind, shape_of
-from ..context import OP, Context, Value
-from ..ops_aliases import aten
+from ..context import OP, Context, Value, _is, window
+from ..ops_aliases import DEQUANTIZE, QUANTIZE, aten
 from ..registry import converts
 from ._checks import static_shapes
 from .shape import reshape
@@ -38,18 +42,48 @@ def convert_cat(ctx: Context, node: Node) -> None:
     ctx.op(OP.CONCATENATION, inputs, [out.tensor], opts)
 
 
+def _base(x: Value) -> tuple[Value, tuple[int, ...]]:
+    """The emitted value ``x`` is a window of, and the window's offsets."""
+    return x.view if x.view is not None else (x, (0,) * x.rank)
+
+
 def _slice(ctx: Context, name: str, x: Value, dim: int, start: int, end: int, step: int,
            q) -> Value:
     shape = list(x.shape)
     shape[dim] = len(range(start, end, step))
     out = ctx.new_value(name, shape, q, x.perm)
+    base, offsets = _base(x)
+    src = ctx.tensor(base)
+    begin, stop = window(base, offsets, x.shape, ctx.builder.tensor(src).shape)
+    strides = [1] * x.rank
     axis = x.perm.index(dim)
-    tshape = ctx.builder.tensor(ctx.tensor(x)).shape
-    begin, stop, strides = [0] * x.rank, list(tshape), [1] * x.rank
-    begin[axis], stop[axis], strides[axis] = start, end, step
-    ctx.op(OP.STRIDED_SLICE, [ctx.tensor(x), ctx.int32(begin), ctx.int32(stop), ctx.int32(strides)],
+    begin[axis], stop[axis], strides[axis] = offsets[dim] + start, offsets[dim] + end, step
+    ctx.op(OP.STRIDED_SLICE, [src, ctx.int32(begin), ctx.int32(stop), ctx.int32(strides)],
            [out.tensor], schema.StridedSliceOptionsT())
     return out
+
+
+def _read_by_slices_only(node: Node) -> bool:
+    """Every reader of ``node`` (through its quantize / dequantize) is a slice or select."""
+    readers, todo = [], list(node.users)
+    while todo:
+        u = todo.pop()
+        if _is(u, QUANTIZE + DEQUANTIZE):
+            todo.extend(u.users)
+        else:
+            readers.append(u)
+    return bool(readers) and all(_is(u, (aten.slice_copy.Tensor, aten.select_copy.int))
+                                 for u in readers)
+
+
+def _lazy_slice(x: Value, dim: int, start: int, end: int, q) -> Value:
+    """A window of ``x`` that emits nothing until something other than a slice reads it."""
+    base, offsets = _base(x)
+    shape = list(x.shape)
+    shape[dim] = end - start
+    offsets = list(offsets)
+    offsets[dim] += start
+    return Value(tuple(shape), x.dtype, q, x.perm, view=(base, tuple(offsets)))
 
 
 def _bounds(size: int, start, end, step) -> tuple[int, int, int]:
@@ -68,7 +102,11 @@ def convert_slice(ctx: Context, node: Node) -> None:
         data = x.data[tuple(idx)]
         ctx.define(node, Value(data.shape, x.dtype, x.q, layout.identity(x.rank), data=data))
         return
-    ctx.define(node, _slice(ctx, node.name, x, dim, start, end, step, ctx.output_q(node)))
+    q = ctx.output_q(node)
+    if step == 1 and end > start and q.same_as(x.q) and _read_by_slices_only(node):
+        ctx.define(node, _lazy_slice(x, dim, start, end, q))
+        return
+    ctx.define(node, _slice(ctx, node.name, x, dim, start, end, step, q))
 
 
 @converts(aten.select_copy.int, checks=(static_shapes,))

@@ -1,0 +1,93 @@
+"""FoldSelectOfCat: read one index of a concatenation from the piece that holds it.
+
+Before::
+
+    y = cat([unsqueeze(h_0, 1), ..., unsqueeze(h_T-1, 1)], 1)     # an unrolled layer's output
+    last = select(y, 1, -1)                                      # the model reads one step
+
+After::
+
+    last = h_T-1                                                 # y and its pieces are dead
+
+A select on the cat's own axis becomes a select of the piece holding the index, or the
+unsqueezed tensor itself; a select on another axis moves into the pieces (the cat then
+joins the selected pieces, on its axis shifted for the removed one). Only cats read by
+selects alone are rewritten, so nothing is computed twice, and dead nodes are removed. For
+a recurrent classifier that reads the last step, this drops the per-step output copies.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from mcu_npu.passes.aten._recurrent import Emitter, finish, static_shape
+
+aten = torch.ops.aten
+
+
+def _is(node, target) -> bool:
+    return isinstance(node, Node) and node.op == "call_function" and node.target == target
+
+
+def _cat_parts(cat: Node) -> tuple[list[Node], int]:
+    pieces = list(cat.args[0])
+    dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
+    return pieces, dim % len(static_shape(cat))
+
+
+def _foldable(node: Node) -> bool:
+    """A select of a cat whose every reader is a select."""
+    if not _is(node, aten.select.int) or not _is(node.args[0], aten.cat.default):
+        return False
+    cat = node.args[0]
+    pieces, _ = _cat_parts(cat)
+    return all(isinstance(p, Node) for p in pieces) and \
+        all(_is(u, aten.select.int) for u in cat.users)
+
+
+def _fold(gm: GraphModule, node: Node) -> tuple[Node, list[Node]]:
+    """(the node replacing select ``node``, new selects that may fold further)."""
+    cat, dim, index = node.args[0], node.args[1], node.args[2]
+    pieces, cat_dim = _cat_parts(cat)
+    rank = len(static_shape(cat))
+    dim %= rank
+    emit = Emitter(gm.graph, node)
+    if dim != cat_dim:
+        selects = [emit(aten.select.int, p, dim, index) for p in pieces]
+        return emit(aten.cat.default, selects, cat_dim - (dim < cat_dim)), selects
+    index %= static_shape(cat)[dim]
+    for piece in pieces:
+        size = static_shape(piece)[dim]
+        if index < size:
+            if _is(piece, aten.unsqueeze.default) and size == 1 and \
+                    piece.args[1] % rank == dim:
+                return piece.args[0], []
+            inner = emit(aten.select.int, piece, dim, index)
+            return inner, [inner]
+        index -= size
+    raise AssertionError(f"{node.name}: index outside {cat.name}")
+
+
+class FoldSelectOfCat(PassBase):
+    """Rewrite every ``select(cat(...))`` whose cat only selects read into a direct read."""
+
+    def call(self, graph_module: GraphModule) -> PassResult:
+        work = [n for n in graph_module.graph.nodes if _foldable(n)]
+        modified = bool(work)
+        while work:
+            node = work.pop()
+            if not _foldable(node):
+                continue
+            cat = node.args[0]
+            replacement, new = _fold(graph_module, node)
+            node.replace_all_uses_with(replacement)
+            graph_module.graph.erase_node(node)
+            if not cat.users:  # so the pieces' other selects see them read by selects alone
+                graph_module.graph.erase_node(cat)
+            work.extend(n for n in new if _foldable(n))
+        if modified:
+            graph_module.graph.eliminate_dead_code()
+            finish(graph_module)
+        return PassResult(graph_module, modified)
