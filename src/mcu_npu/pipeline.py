@@ -22,12 +22,13 @@ def edge_compile_config() -> EdgeCompileConfig:
 def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: recurrent layers become
     single-layer, then elementary ops every NPU converts; steps whose output is never read
-    are not computed, and a zero initial state costs no recurrent matmul."""
+    are not computed, a zero initial state costs no recurrent matmul, and per-step outputs
+    are gathered without a copy each."""
     from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
-    from .passes.aten import FoldLinearOfZeros, FoldSelectOfCat
+    from .passes.aten import FoldLinearOfZeros, FoldSelectOfCat, StackByConcat
 
     return [SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
-            FoldSelectOfCat(), FoldLinearOfZeros()]
+            FoldSelectOfCat(), FoldLinearOfZeros(), StackByConcat()]
 
 
 def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:

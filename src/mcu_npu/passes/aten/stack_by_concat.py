@@ -1,0 +1,54 @@
+"""StackByConcat: ``cat([unsqueeze(x_i, d), ...], d)`` becomes ``view(cat([x_i, ...], d))``.
+
+Before::
+
+    y = cat([unsqueeze(h_0, 1), ..., unsqueeze(h_T-1, 1)], 1)    # [B, T, H] from [B, H] steps
+
+After::
+
+    y = view(cat([h_0, ..., h_T-1], 1), [B, T, H])                # [B, T*H], same memory
+
+For ``d`` below the pieces' rank the two are the same row-major data. An NPU compiler gives
+each unsqueezed piece a copy of its own before the concatenation copies it again; here the
+pieces go in as they are and one view follows. Runs after ``FoldSelectOfCat``, which reads
+single steps out of the unsqueezed form.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from mcu_npu.passes.aten._recurrent import Emitter, finish, static_shape
+
+aten = torch.ops.aten
+
+
+def _stackable(node: Node) -> bool:
+    if node.op != "call_function" or node.target != aten.cat.default:
+        return False
+    pieces = node.args[0]
+    rank = len(static_shape(node))
+    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % rank
+    return len(pieces) > 1 and dim < rank - 1 and all(
+        isinstance(p, Node) and p.op == "call_function" and p.target == aten.unsqueeze.default
+        and p.args[1] % rank == dim for p in pieces)
+
+
+class StackByConcat(PassBase):
+    """Rewrite every concatenation of pieces unsqueezed on the concatenation axis."""
+
+    def call(self, graph_module: GraphModule) -> PassResult:
+        found = [n for n in graph_module.graph.nodes if _stackable(n)]
+        for node in found:
+            rank = len(static_shape(node))
+            dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % rank
+            emit = Emitter(graph_module.graph, node)
+            joined = emit(aten.cat.default, [p.args[0] for p in node.args[0]], dim)
+            node.replace_all_uses_with(emit(aten.view.default, joined, list(static_shape(node))))
+            graph_module.graph.erase_node(node)
+        if found:
+            graph_module.graph.eliminate_dead_code()
+            finish(graph_module)
+        return PassResult(graph_module, bool(found))
