@@ -46,3 +46,16 @@ def reference_output_steps(reference) -> list[float]:
 
 def as_list(out) -> list:
     return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def fit(model, x, y, optimizer, epochs: int, batch: int) -> None:
+    """Cross-entropy training over shuffled mini-batches (seeded order, last partial batch
+    dropped)."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=g)
+        for i in range(0, len(x) - batch + 1, batch):
+            idx = order[i:i + batch]
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            optimizer.step()

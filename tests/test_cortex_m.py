@@ -33,6 +33,14 @@ def _assert_matches_reference(prog, cal, steps_allowed=1):
         assert err <= steps_allowed + 1e-3, f"{err:.2f} output steps off the reference"
 
 
+def _assert_within_contract(prog, cal):
+    """No float compute left, SQNR within 1 dB of the reference's, outputs within one step."""
+    assert not [o for o in prog.report.ops if o.placement == "portable float kernel"]
+    acc = prog.report.accuracy
+    assert abs(acc["sqnr_db"] - acc["reference_sqnr_db"]) <= 1.0, acc
+    _assert_matches_reference(prog, cal)
+
+
 def _ops(prog):
     return {o.op: o for o in prog.report.ops}
 
@@ -71,10 +79,7 @@ def test_rejected_ops_run_as_cortex_m_kernels(mixed):
     assert "2040 channels" in ops["aten._softmax"].reason
     assert "operators_not_to_delegate" in ops["aten.linear"].reason
     assert ops["aten.convolution"].kernel == "npu"
-    assert not [o for o in prog.report.ops if o.placement == "portable float kernel"]
-    acc = prog.report.accuracy
-    assert abs(acc["sqnr_db"] - acc["reference_sqnr_db"]) <= 1.0, acc
-    _assert_matches_reference(prog, cal)
+    _assert_within_contract(prog, cal)
 
 
 def test_cortex_m_rules_only(mixed):
@@ -84,10 +89,7 @@ def test_cortex_m_rules_only(mixed):
     kernels = {o.op: o.kernel for o in prog.report.ops}
     assert set(kernels.values()) <= {"cortex-m", "portable"}
     assert all(k == "cortex-m" for op, k in kernels.items() if op != "aten.view_copy")
-    assert not [o for o in prog.report.ops if o.placement == "portable float kernel"]
-    acc = prog.report.accuracy
-    assert abs(acc["sqnr_db"] - acc["reference_sqnr_db"]) <= 1.0, acc
-    _assert_matches_reference(prog, cal)
+    _assert_within_contract(prog, cal)
 
 
 def test_program_has_no_float_compute_where_cortex_m_has_a_kernel(mixed):

@@ -23,7 +23,7 @@ from mcu_npu.recipes import (
 )
 from mcu_npu.runtime import load_program
 
-from helpers import calibration_set
+from helpers import calibration_set, fit
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
@@ -107,15 +107,8 @@ def test_qat_recipe_is_at_least_as_accurate_as_ptq():
         return 100.0 * hits / n
 
     def train(prepared):
-        opt = torch.optim.SGD(prepared.parameters(), lr=2e-4, momentum=0.9)
-        g = torch.Generator().manual_seed(0)
-        for _ in range(2):
-            order = torch.randperm(len(x), generator=g)
-            for i in range(0, len(x) - batch + 1, batch):
-                idx = order[i:i + batch]
-                opt.zero_grad()
-                nn.functional.cross_entropy(prepared(x[idx]), y[idx]).backward()
-                opt.step()
+        fit(prepared, x, y, torch.optim.SGD(prepared.parameters(), lr=2e-4, momentum=0.9),
+            epochs=2, batch=batch)
 
     ptq = accuracy(_recipe_program(model, samples, get_imxrt700_recipe()))
     qat = accuracy(_recipe_program(model, samples, get_imxrt700_recipe(is_qat=True,

@@ -69,6 +69,7 @@ def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgra
     ep = torch.export.export(reference, tuple(example_inputs))
     _drop_provenance(ep.graph)
     config = edge_compile_config()
+    _zeros_as_full(ep)
     if _decomposed_already(ep, config):
         ep.run_decompositions = lambda *args, **kwargs: ep
     return to_edge(ep, compile_config=config)
@@ -79,17 +80,21 @@ def _drop_provenance(graph: torch.fx.Graph) -> None:
         node.meta.pop("from_node", None)
 
 
-def _decomposed_already(ep, config: EdgeCompileConfig) -> bool:
-    """Every op of ``ep`` is one ``to_edge``'s decomposition keeps as it is (a ``zeros`` is
-    rewritten to the ``full`` it decomposes to)."""
-    from executorch.exir.tracer import _default_decomposition_table
-
+def _zeros_as_full(ep) -> None:
+    """Rewrite ``aten.zeros`` (the initial state of a recurrent layer) to the ``full`` it
+    decomposes to, so it does not force the decomposition re-trace."""
     aten = torch.ops.aten
     zeros = [n for n in ep.graph.nodes if n.op == "call_function" and n.target == aten.zeros.default]
     for node in zeros:
         node.target, node.args = aten.full.default, (node.args[0], 0.0)
     if zeros:
         ep.graph_module.recompile()
+
+
+def _decomposed_already(ep, config: EdgeCompileConfig) -> bool:
+    """Every op of ``ep`` is one ``to_edge``'s decomposition keeps as it is."""
+    from executorch.exir.tracer import _default_decomposition_table
+
     table = _default_decomposition_table()
     keep = set(config.preserve_ops)
     for node in ep.graph.nodes:

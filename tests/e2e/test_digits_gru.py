@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 import mcu_npu
+from helpers import fit
 
 pytestmark = pytest.mark.slow
 
@@ -36,15 +37,7 @@ def digits():
 
 
 def train(model, x, y, epochs, lr, batch=1):
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(epochs):
-        order = torch.randperm(len(x), generator=g)
-        for i in range(0, len(x) - batch + 1, batch):
-            idx = order[i:i + batch]
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
+    fit(model, x, y, torch.optim.Adam(model.parameters(), lr=lr), epochs, batch)
 
 
 BATCH = 16  # the compiled program's batch size

@@ -80,6 +80,21 @@ def check_pass(rewrite, module: nn.Module, args: tuple):
     return result
 
 
+def check_pass_after(rewrite, module: nn.Module, args: tuple, setup=(), counted=None):
+    """``check_pass`` of ``rewrite`` run after the ``setup`` passes; returns (graph, number of
+    ``counted`` ops just before ``rewrite``, whether ``rewrite`` changed the graph)."""
+    before = {}
+
+    def run(gm):
+        for p in setup:
+            p(gm)
+        before["n"] = count_ops(gm)[counted]
+        return rewrite(gm)
+
+    result = check_pass(run, module, args)
+    return result.graph_module, before["n"], result.modified
+
+
 def check_decomposition(rewrite, module: nn.Module, args: tuple) -> torch.fx.GraphModule:
     """A decomposition changes the graph, leaves only elementary ops, and stays exact."""
     result = check_pass(rewrite, module, args)

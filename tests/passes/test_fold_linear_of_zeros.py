@@ -1,5 +1,5 @@
 import torch
-from recurrent_cases import Case, assert_same, count_ops, export_module
+from recurrent_cases import Case, check_pass_after, count_ops
 from torch import nn
 
 from mcu_npu.passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
@@ -9,15 +9,7 @@ aten = torch.ops.aten
 
 
 def fold(module: nn.Module, args: tuple, *passes):
-    gm = export_module(module, args)
-    with torch.no_grad():
-        expected = module(*args)
-        for p in passes:
-            p(gm)
-        before = count_ops(gm)[aten.linear.default]
-        modified = FoldLinearOfZeros()(gm).modified
-        assert_same(gm(*args), expected)
-    return gm, before, modified
+    return check_pass_after(FoldLinearOfZeros(), module, args, passes, aten.linear.default)
 
 
 def test_zero_initial_state_costs_no_first_matmul():

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from recurrent_cases import Case, assert_same, count_ops, export_module
+from recurrent_cases import Case, check_pass_after, count_ops
 from torch import nn
 
 from mcu_npu.passes import DecomposeGRU, DecomposeLSTM, SplitGRUByLayers
@@ -10,15 +10,7 @@ aten = torch.ops.aten
 
 
 def stack(module: nn.Module, args: tuple, *passes):
-    gm = export_module(module, args)
-    with torch.no_grad():
-        expected = module(*args)
-        for p in passes:
-            p(gm)
-        before = count_ops(gm)[aten.unsqueeze.default]
-        modified = StackByConcat()(gm).modified
-        assert_same(gm(*args), expected)
-    return gm, before, modified
+    return check_pass_after(StackByConcat(), module, args, passes, aten.unsqueeze.default)
 
 
 @pytest.mark.parametrize("batch_first, batch", [(True, 1), (True, 3), (False, 2)])

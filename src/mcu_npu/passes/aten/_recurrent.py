@@ -164,6 +164,17 @@ class Emitter:
             return op(*vals)
 
 
+def is_call(node, target) -> bool:
+    """``node`` is a graph node calling ``target``."""
+    return isinstance(node, Node) and node.op == "call_function" and node.target == target
+
+
+def cat_parts(cat: Node) -> tuple[list, int]:
+    """The pieces of ``aten.cat`` node ``cat`` and its axis, made non-negative."""
+    dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
+    return list(cat.args[0]), dim % len(static_shape(cat))
+
+
 def replace_outputs(gm: GraphModule, node: Node, outputs: Sequence[Node]) -> None:
     """Route every ``getitem(node, i)`` to ``outputs[i]`` and erase ``node``."""
     for user in list(node.users):

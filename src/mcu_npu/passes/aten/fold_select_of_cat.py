@@ -22,35 +22,25 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from mcu_npu.passes.aten._recurrent import Emitter, finish, static_shape
+from mcu_npu.passes.aten._recurrent import Emitter, cat_parts, finish, is_call, static_shape
 
 aten = torch.ops.aten
 
 
-def _is(node, target) -> bool:
-    return isinstance(node, Node) and node.op == "call_function" and node.target == target
-
-
-def _cat_parts(cat: Node) -> tuple[list[Node], int]:
-    pieces = list(cat.args[0])
-    dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
-    return pieces, dim % len(static_shape(cat))
-
-
 def _foldable(node: Node) -> bool:
     """A select of a cat whose every reader is a select."""
-    if not _is(node, aten.select.int) or not _is(node.args[0], aten.cat.default):
+    if not is_call(node, aten.select.int) or not is_call(node.args[0], aten.cat.default):
         return False
     cat = node.args[0]
-    pieces, _ = _cat_parts(cat)
+    pieces, _ = cat_parts(cat)
     return all(isinstance(p, Node) for p in pieces) and \
-        all(_is(u, aten.select.int) for u in cat.users)
+        all(is_call(u, aten.select.int) for u in cat.users)
 
 
 def _fold(gm: GraphModule, node: Node) -> tuple[Node, list[Node]]:
     """(the node replacing select ``node``, new selects that may fold further)."""
     cat, dim, index = node.args[0], node.args[1], node.args[2]
-    pieces, cat_dim = _cat_parts(cat)
+    pieces, cat_dim = cat_parts(cat)
     rank = len(static_shape(cat))
     dim %= rank
     emit = Emitter(gm.graph, node)
@@ -61,7 +51,7 @@ def _fold(gm: GraphModule, node: Node) -> tuple[Node, list[Node]]:
     for piece in pieces:
         size = static_shape(piece)[dim]
         if index < size:
-            if _is(piece, aten.unsqueeze.default) and size == 1 and \
+            if is_call(piece, aten.unsqueeze.default) and size == 1 and \
                     piece.args[1] % rank == dim:
                 return piece.args[0], []
             inner = emit(aten.select.int, piece, dim, index)

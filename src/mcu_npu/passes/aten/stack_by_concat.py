@@ -20,20 +20,18 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from mcu_npu.passes.aten._recurrent import Emitter, finish, static_shape
+from mcu_npu.passes.aten._recurrent import Emitter, cat_parts, finish, is_call, static_shape
 
 aten = torch.ops.aten
 
 
 def _stackable(node: Node) -> bool:
-    if node.op != "call_function" or node.target != aten.cat.default:
+    if not is_call(node, aten.cat.default):
         return False
-    pieces = node.args[0]
+    pieces, dim = cat_parts(node)
     rank = len(static_shape(node))
-    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % rank
     return len(pieces) > 1 and dim < rank - 1 and all(
-        isinstance(p, Node) and p.op == "call_function" and p.target == aten.unsqueeze.default
-        and p.args[1] % rank == dim for p in pieces)
+        is_call(p, aten.unsqueeze.default) and p.args[1] % rank == dim for p in pieces)
 
 
 class StackByConcat(PassBase):
@@ -42,10 +40,9 @@ class StackByConcat(PassBase):
     def call(self, graph_module: GraphModule) -> PassResult:
         found = [n for n in graph_module.graph.nodes if _stackable(n)]
         for node in found:
-            rank = len(static_shape(node))
-            dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % rank
+            pieces, dim = cat_parts(node)
             emit = Emitter(graph_module.graph, node)
-            joined = emit(aten.cat.default, [p.args[0] for p in node.args[0]], dim)
+            joined = emit(aten.cat.default, [p.args[0] for p in pieces], dim)
             node.replace_all_uses_with(emit(aten.view.default, joined, list(static_shape(node))))
             graph_module.graph.erase_node(node)
         if found:
