@@ -7,8 +7,10 @@ from typing import Iterable
 
 import torch
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge
+from executorch.exir.tracer import _default_decomposition_table
 from torch.fx import GraphModule
 
+from .edge_dialect import to_edge_in_place
 from .errors import UnsupportedModelError
 from .quantization import NeutronQuantizer, quantize
 from .tflite.registry import PRESERVED_ATEN_OPS
@@ -57,22 +59,32 @@ def quantized_edge(
 
 
 def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgramManager:
-    """Quantized reference -> Edge program, with the converter's ops preserved.
+    """Quantized reference -> Edge program, with the converter's ops preserved: converted in
+    place when that gives what ``to_edge`` would (``edge_dialect``), else by ``to_edge``."""
+    config = edge_compile_config()
+    ep = core_aten_program(reference, example_inputs, config)
+    edge = to_edge_in_place(ep, config)
+    if edge is None:
+        ep.run_decompositions = lambda *args, **kwargs: ep  # done already
+        edge = to_edge(ep, compile_config=config)
+    return edge
 
-    One ``to_edge`` (``to_edge_transform_and_lower`` decomposes twice). Unrolled recurrent
-    graphs hold thousands of nodes and every ExecuTorch pass re-traces each one, so two costs
-    are cut: node provenance (``from_node``, which each pass deep-copies and extends) is
-    dropped, and when every op is already core ATen or preserved the decomposition re-trace
-    is skipped, since it would return the same graph.
-    """
+
+def core_aten_program(reference: GraphModule, example_inputs: tuple,
+                      config: EdgeCompileConfig) -> torch.export.ExportedProgram:
+    """``reference`` exported and decomposed as ``to_edge`` would, but re-traced only if an
+    op needs decomposing. Unrolled recurrent graphs hold thousands of nodes, so node
+    provenance (``from_node``, which every re-trace deep-copies and extends) is dropped."""
     _drop_provenance(reference.graph)
     ep = torch.export.export(reference, tuple(example_inputs))
     _drop_provenance(ep.graph)
-    config = edge_compile_config()
     _zeros_as_full(ep)
-    if _decomposed_already(ep, config):
-        ep.run_decompositions = lambda *args, **kwargs: ep
-    return to_edge(ep, compile_config=config)
+    if not _decomposed_already(ep, config):
+        table = _default_decomposition_table()
+        for op in config.preserve_ops:
+            table.pop(op, None)
+        ep = ep.run_decompositions(table)
+    return ep
 
 
 def _drop_provenance(graph: torch.fx.Graph) -> None:
@@ -93,8 +105,6 @@ def _zeros_as_full(ep) -> None:
 
 def _decomposed_already(ep, config: EdgeCompileConfig) -> bool:
     """Every op of ``ep`` is one ``to_edge``'s decomposition keeps as it is."""
-    from executorch.exir.tracer import _default_decomposition_table
-
     table = _default_decomposition_table()
     keep = set(config.preserve_ops)
     for node in ep.graph.nodes:

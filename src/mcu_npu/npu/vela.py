@@ -17,6 +17,7 @@ from ..targets import Target
 from ..tflite import TFLiteModel
 from . import ethosu_payload as bin_stream
 from .base import NpuArtifact
+from .vela_graph import own_concat_inputs
 from .vela_run import TOOL, VelaCall, VelaOptions, architecture, build_call, run_vela, \
     vela_installed
 
@@ -88,6 +89,7 @@ class VelaCompiler:
             raise NpuCompilerError(f"target {target.name!r} has a {target.npu.kind} NPU; Vela "
                                    "compiles for Arm Ethos-U only", tool=TOOL)
         call = build_call(architecture(target.npu.vela, self.options), self.options)
+        model = own_concat_inputs(model)  # the graph Vela compiles is the one the host runs
         try:
             compiled, _ = run_vela(call, model.buffer)
         except NpuCompilerError as exc:

@@ -74,14 +74,12 @@ def analyse_edge(edge_program, target, excluded: Iterable[str] = (),
 def decide_placement(model: GraphModule, target, excluded: Iterable[str] = (),
                      npu_compiler: str = "auto") -> Placement:
     """Trial: quantize a copy of ``model`` with the NPU's rules, lower it, check it."""
-    from executorch.exir import to_edge
-
-    from ..pipeline import edge_compile_config
+    from ..pipeline import to_edge_program
     from ..quantization import NeutronQuantizer, quantize
 
     trial = copy.deepcopy(model)
     inputs = synthetic_inputs(trial)
     reference = quantize(trial, inputs, [inputs], NeutronQuantizer())
-    edge = to_edge(torch.export.export(reference, inputs), compile_config=edge_compile_config())
+    edge = to_edge_program(reference, inputs)
     return Placement.from_analysis(analyse_edge(edge.exported_program(), target, excluded,
                                                 npu_compiler))

@@ -1,0 +1,85 @@
+"""TFLite rewrites that let Vela schedule a partition with fewer copies.
+
+Vela writes a tensor straight into the buffer of the CONCATENATION that reads it only when
+the concatenation is the tensor's single reader; any other reader (or a graph output) turns
+that input into a MemoryCopy, about 4 cycles per byte on an Ethos-U55. An unrolled recurrent
+layer gathers its per-step outputs this way, and each step's output also feeds the next
+step. ``own_concat_inputs`` gives each such input a producer of its own, ``MAXIMUM(x, x)``:
+it is exact (same bytes, same quantization), the cheapest elementwise op Vela has (about
+half a cycle per element), and Vela writes it into the concatenation in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import flatbuffers
+from ai_edge_litert import schema_py_generated as schema
+
+from ..tflite import TFLiteModel
+from ..tflite.describe import load_model
+
+OP = schema.BuiltinOperator
+
+
+def own_concat_inputs(model: TFLiteModel) -> TFLiteModel:
+    """``model`` with a ``MAXIMUM(x, x)`` copy for every concatenation input ``x`` that is
+    produced by an operator and read elsewhere too; ``model`` itself when there is none."""
+    tfl = load_model(model.buffer)
+    graph = tfl.subgraphs[0]
+    codes = [c.builtinCode for c in tfl.operatorCodes]
+    produced = {t for op in graph.operators for t in op.outputs}
+    readers = Counter(t for op in graph.operators for t in op.inputs if t >= 0)
+    readers.update(graph.outputs)
+    shared = [(op, k) for op in graph.operators if codes[op.opcodeIndex] == OP.CONCATENATION
+              for k, t in enumerate(op.inputs) if t in produced and readers[t] > 1]
+    if not shared:
+        return model
+    maximum = _opcode(tfl, OP.MAXIMUM)
+    origins = list(model.op_origins) or [""] * len(graph.operators)
+    operators, new_origins = [], []
+    copies = {id(op): [k for o, k in shared if o is op] for op, _ in shared}
+    for op, origin in zip(graph.operators, origins):
+        op.inputs = [int(t) for t in op.inputs]
+        for k in copies.get(id(op), ()):
+            source = op.inputs[k]
+            copy = _tensor_like(graph, source)
+            operators.append(_operator(maximum, [source, source], [copy]))
+            new_origins.append(origin)
+            op.inputs[k] = copy
+        operators.append(op)
+        new_origins.append(origin)
+    graph.operators = operators
+    builder = flatbuffers.Builder(len(model.buffer) + 1024)
+    builder.Finish(tfl.Pack(builder), file_identifier=b"TFL3")
+    return dataclasses.replace(model, buffer=bytes(builder.Output()),
+                               op_origins=tuple(new_origins) if model.op_origins else ())
+
+
+def _opcode(tfl: schema.ModelT, code: int) -> int:
+    for i, c in enumerate(tfl.operatorCodes):
+        if c.builtinCode == code and not c.customCode:
+            return i
+    oc = schema.OperatorCodeT()
+    oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, code, 1
+    tfl.operatorCodes.append(oc)
+    return len(tfl.operatorCodes) - 1
+
+
+def _tensor_like(graph: schema.SubGraphT, index: int) -> int:
+    source = graph.tensors[index]
+    t = schema.TensorT()
+    t.name = (source.name or b"") + b"_for_concat"
+    t.shape, t.type, t.buffer = list(source.shape), source.type, 0
+    t.quantization = source.quantization
+    graph.tensors.append(t)
+    return len(graph.tensors) - 1
+
+
+def _operator(opcode: int, inputs, outputs) -> schema.OperatorT:
+    op = schema.OperatorT()
+    op.opcodeIndex, op.inputs, op.outputs = opcode, list(inputs), list(outputs)
+    op.builtinOptionsType = schema.BuiltinOptions.MaximumMinimumOptions
+    op.builtinOptions = schema.MaximumMinimumOptionsT()
+    return op
