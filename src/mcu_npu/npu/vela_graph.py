@@ -25,9 +25,13 @@ OP = schema.BuiltinOperator
 
 def own_concat_inputs(model: TFLiteModel) -> TFLiteModel:
     """``model`` with a ``MAXIMUM(x, x)`` copy for every concatenation input ``x`` that is
-    produced by an operator and read elsewhere too; ``model`` itself when there is none."""
-    tfl = load_model(model.buffer)
-    graph = tfl.subgraphs[0]
+    produced by an operator and read elsewhere too; ``model`` itself when there is none, or
+    when the flatbuffer does not parse (Vela then says so in its own words)."""
+    try:
+        tfl = load_model(model.buffer)
+        graph = tfl.subgraphs[0]
+    except Exception:  # flatbuffers raises assorted types on bad bytes
+        return model
     codes = [c.builtinCode for c in tfl.operatorCodes]
     produced = {t for op in graph.operators for t in op.outputs}
     readers = Counter(t for op in graph.operators for t in op.inputs if t >= 0)
