@@ -32,12 +32,13 @@ from executorch.exir.passes.replace_sym_size_op_pass import ReplaceSymSizeOpPass
 from executorch.exir.program._program import _transform, lift_constant_tensor_pass
 from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
 from torch._export.passes.replace_view_ops_with_view_copy_ops_pass import get_view_copy_of_view_op
-from torch._guards import detect_fake_mode
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 from torch.fx.traceback import NodeSource
 from torch.utils import _pytree as pytree
+
+from .passes.aten._recurrent import fake_value
 
 aten = torch.ops.aten
 
@@ -142,20 +143,11 @@ def _views_as_copies(gm: GraphModule) -> None:
             node.target = copy
         if retarget or any(arg in changed for arg in node.all_input_nodes):
             old = node.meta.get("val")
-            new = _fake_val(node)
+            new = fake_value(node.target, node.args, node.kwargs)
             if new is not None:
                 node.meta["val"] = new
                 if not _same_layout(old, new):
                     changed.add(node)
-
-
-def _fake_val(node: Node):
-    args, kwargs = pytree.tree_map_only(Node, lambda n: n.meta.get("val"), (node.args, node.kwargs))
-    mode = detect_fake_mode(pytree.tree_leaves((args, kwargs)))
-    if mode is None:
-        return None
-    with mode:
-        return node.target(*args, **kwargs)
 
 
 def _same_layout(a, b) -> bool:

@@ -79,10 +79,10 @@ def core_aten_program(reference: GraphModule, example_inputs: tuple,
     ep = torch.export.export(reference, tuple(example_inputs))
     _drop_provenance(ep.graph)
     _zeros_as_full(ep)
-    if not _decomposed_already(ep, config):
-        table = _default_decomposition_table()
-        for op in config.preserve_ops:
-            table.pop(op, None)
+    table = _default_decomposition_table()
+    for op in config.preserve_ops:
+        table.pop(op, None)
+    if not _decomposed_already(ep, table, config):
         ep = ep.run_decompositions(table)
     return ep
 
@@ -103,9 +103,8 @@ def _zeros_as_full(ep) -> None:
         ep.graph_module.recompile()
 
 
-def _decomposed_already(ep, config: EdgeCompileConfig) -> bool:
-    """Every op of ``ep`` is one ``to_edge``'s decomposition keeps as it is."""
-    table = _default_decomposition_table()
+def _decomposed_already(ep, table: dict, config: EdgeCompileConfig) -> bool:
+    """Every op of ``ep`` is one decomposing with ``table`` (``to_edge``'s) keeps as it is."""
     keep = set(config.preserve_ops)
     for node in ep.graph.nodes:
         op = node.target

@@ -54,10 +54,10 @@ def _converted(module):
 def _concat_inputs(buffer):
     tfl = load_model(buffer)
     graph = tfl.subgraphs[0]
-    ops = dict(zip(range(len(graph.operators)), op_names(buffer)))
-    (cat,) = [op for i, op in enumerate(graph.operators) if ops[i] == "CONCATENATION"]
-    producers = {int(t): (ops[i], [int(s) for s in op.inputs])
-                 for i, op in enumerate(graph.operators) for t in op.outputs}
+    names = op_names(buffer)
+    (cat,) = [op for op, name in zip(graph.operators, names) if name == "CONCATENATION"]
+    producers = {int(t): (name, [int(s) for s in op.inputs])
+                 for op, name in zip(graph.operators, names) for t in op.outputs}
     return [producers[int(t)] for t in cat.inputs]
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-import flatbuffers
 from ai_edge_litert import schema_py_generated as schema
 
 from ..tflite import TFLiteModel
+from ..tflite.builder import operator_code, serialize
 from ..tflite.describe import load_model
 
 OP = schema.BuiltinOperator
@@ -36,28 +36,25 @@ def own_concat_inputs(model: TFLiteModel) -> TFLiteModel:
     produced = {t for op in graph.operators for t in op.outputs}
     readers = Counter(t for op in graph.operators for t in op.inputs if t >= 0)
     readers.update(graph.outputs)
-    shared = [(op, k) for op in graph.operators if codes[op.opcodeIndex] == OP.CONCATENATION
-              for k, t in enumerate(op.inputs) if t in produced and readers[t] > 1]
-    if not shared:
+    copies = {id(op): [k for k, t in enumerate(op.inputs) if t in produced and readers[t] > 1]
+              for op in graph.operators if codes[op.opcodeIndex] == OP.CONCATENATION}
+    if not any(copies.values()):
         return model
     maximum = _opcode(tfl, OP.MAXIMUM)
-    origins = list(model.op_origins) or [""] * len(graph.operators)
+    origins = model.op_origins or ("",) * len(graph.operators)
     operators, new_origins = [], []
-    copies = {id(op): [k for o, k in shared if o is op] for op, _ in shared}
     for op, origin in zip(graph.operators, origins):
-        op.inputs = [int(t) for t in op.inputs]
-        for k in copies.get(id(op), ()):
-            source = op.inputs[k]
-            copy = _tensor_like(graph, source)
-            operators.append(_operator(maximum, [source, source], [copy]))
-            new_origins.append(origin)
-            op.inputs[k] = copy
+        if copies.get(id(op)):
+            op.inputs = [int(t) for t in op.inputs]  # the object API reads a read-only array
+            for k in copies[id(op)]:
+                copy = _tensor_like(graph, op.inputs[k])
+                operators.append(_operator(maximum, [op.inputs[k]] * 2, [copy]))
+                new_origins.append(origin)
+                op.inputs[k] = copy
         operators.append(op)
         new_origins.append(origin)
     graph.operators = operators
-    builder = flatbuffers.Builder(len(model.buffer) + 1024)
-    builder.Finish(tfl.Pack(builder), file_identifier=b"TFL3")
-    return dataclasses.replace(model, buffer=bytes(builder.Output()),
+    return dataclasses.replace(model, buffer=serialize(tfl, len(model.buffer) + 1024),
                                op_origins=tuple(new_origins) if model.op_origins else ())
 
 
@@ -65,9 +62,7 @@ def _opcode(tfl: schema.ModelT, code: int) -> int:
     for i, c in enumerate(tfl.operatorCodes):
         if c.builtinCode == code and not c.customCode:
             return i
-    oc = schema.OperatorCodeT()
-    oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, code, 1
-    tfl.operatorCodes.append(oc)
+    tfl.operatorCodes.append(operator_code(code))
     return len(tfl.operatorCodes) - 1
 
 

@@ -33,6 +33,24 @@ def options_type(options) -> int:
     return getattr(schema.BuiltinOptions, type(options).__name__[:-1])
 
 
+def operator_code(code: int, custom: str = "") -> schema.OperatorCodeT:
+    """The operator-code table entry of builtin ``code`` (or of custom op ``custom``)."""
+    oc = schema.OperatorCodeT()
+    oc.builtinCode = code
+    oc.deprecatedBuiltinCode = min(code, schema.BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)
+    oc.version = 1
+    if custom:
+        oc.customCode = custom
+    return oc
+
+
+def serialize(model: schema.ModelT, size_hint: int = 1024) -> bytes:
+    """A TFLite flatbuffer of ``model``."""
+    fb = flatbuffers.Builder(size_hint)
+    fb.Finish(model.Pack(fb), file_identifier=b"TFL3")
+    return bytes(fb.Output())
+
+
 class ModelBuilder:
     """Accumulates one TFLite subgraph and serializes it with ``finish()``."""
 
@@ -105,13 +123,7 @@ class ModelBuilder:
     def _opcode(self, code: int, custom: str) -> int:
         key = (code, custom)
         if key not in self._opcodes:
-            oc = schema.OperatorCodeT()
-            oc.builtinCode = code
-            oc.deprecatedBuiltinCode = min(code, schema.BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)
-            oc.version = 1
-            if custom:
-                oc.customCode = custom
-            self.model.operatorCodes.append(oc)
+            self.model.operatorCodes.append(operator_code(code, custom))
             self._opcodes[key] = len(self.model.operatorCodes) - 1
         return self._opcodes[key]
 
@@ -122,6 +134,4 @@ class ModelBuilder:
 
     def finish(self) -> bytes:
         self.model.subgraphs = [self.graph]
-        fb = flatbuffers.Builder(1024)
-        fb.Finish(self.model.Pack(fb), file_identifier=b"TFL3")
-        return bytes(fb.Output())
+        return serialize(self.model)

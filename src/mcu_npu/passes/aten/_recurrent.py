@@ -145,23 +145,25 @@ class Emitter:
         for key in _COPIED_META:
             if key in self.source.meta:
                 node.meta[key] = self.source.meta[key]
-        val = self._fake_val(op, args)
+        val = fake_value(op, tuple(args))
         if val is not None:
             node.meta["val"] = val
         return node
 
-    @staticmethod
-    def _fake_val(op: Callable, args: Sequence):
-        missing = object()
-        vals = pytree.tree_map_only(Node, lambda n: n.meta.get("val", missing), tuple(args))
-        flat = pytree.tree_leaves(vals)
-        if any(v is missing for v in flat):
-            return None
-        mode = detect_fake_mode(flat)
-        if mode is None:
-            return None
-        with mode:
-            return op(*vals)
+
+def fake_value(op: Callable, args: Sequence, kwargs: dict | None = None):
+    """``op`` run on the fake ``meta["val"]`` of its node arguments; None when one is missing."""
+    missing = object()
+    vals, kvals = pytree.tree_map_only(Node, lambda n: n.meta.get("val", missing),
+                                       (tuple(args), dict(kwargs or {})))
+    flat = pytree.tree_leaves((vals, kvals))
+    if any(v is missing for v in flat):
+        return None
+    mode = detect_fake_mode(flat)
+    if mode is None:
+        return None
+    with mode:
+        return op(*vals, **kvals)
 
 
 def is_call(node, target) -> bool:
