@@ -18,6 +18,11 @@ from ``torch.Generator().manual_seed(--seed)``.
 
 * ours:     ``mcu_npu.compile(model, example_inputs, target=T, calibration=cal)`` (npu_compiler
             "auto", which is Vela for an Ethos-U target). Figures from ``prog.report``.
+* ours, channels_last: the same with the 4-D example inputs and calibration samples in
+            ``torch.channels_last`` memory format (models with an image input only). The
+            Ethos-U runtime copies delegate inputs as they lie in memory, so an NCHW input
+            costs a TRANSPOSE on the NPU (as upstream's flow has too) and a channels-last one
+            none; the INPUT LAYOUT table sets the two side by side.
 * upstream: ``executorch.backends.arm``: EthosUQuantizer(EthosUCompileSpec(T)) with
             ``get_symmetric_quantization_config(is_per_channel=True)``, prepare_pt2e,
             calibration, convert_pt2e, ``torch.export``, ``to_edge_transform_and_lower`` with
@@ -201,11 +206,19 @@ def worker_upstream(model, example_inputs, calibration, target) -> dict:
         return _upstream_arm.compile_upstream(model, example_inputs, calibration, target)
 
 
+def channels_last(inputs: tuple) -> tuple:
+    """4-D tensors in ``torch.channels_last`` memory format, the rest as they are."""
+    return tuple(x.to(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
+
+
 def worker_main(flow: str, job: str, target: str, out: str) -> int:
     try:
         model, example_inputs, calibration = _load_job(job)
+        if flow == "ours_cl":
+            example_inputs = channels_last(example_inputs)
+            calibration = [channels_last(c) for c in calibration]
         # import the flow's modules before the clock starts (both sides alike)
-        if flow == "ours":
+        if flow in ("ours", "ours_cl"):
             import mcu_npu.api  # noqa: F401
             import executorch.exir  # noqa: F401
             result = worker_ours(model, example_inputs, calibration, target)
@@ -423,6 +436,29 @@ def print_summary(results: dict, models, targets, with_upstream: bool):
             print(f"    {t}: " + ", ".join(parts))
 
 
+def print_layouts(done: dict, models, targets, with_upstream: bool):
+    """Total NPU cycles with an NCHW (contiguous) and a channels-last image input."""
+    rows = [(n, t) for n in models for t in targets if (n, t, "ours_cl") in done]
+    if not rows:
+        return
+    print("\nINPUT LAYOUT (Vela total cycles; NCHW input: the NPU graph transposes it, like "
+          "upstream's; channels_last input: no transpose)")
+    fmt = "  {:<18} {:<14} {:>12} {:>14} {:>12} {:>10} {:>10} {:>9}"
+    print(fmt.format("model", "target", "ours NCHW", "ours ch-last", "upstream", "NCHW/up",
+                     "cl/up", "cl/NCHW"))
+    for n, t in rows:
+        nchw, cl = done.get((n, t, "ours"), {}), done.get((n, t, "ours_cl"), {})
+        up = done.get((n, t, "upstream"), {}) if with_upstream else {}
+
+        def cyc(r):
+            return r.get("total_cycles") if r.get("ok") else None
+
+        print(fmt.format(n, t, _fmt(cyc(nchw)), _fmt(cyc(cl)), _fmt(cyc(up)),
+                         _fmt(_ratio(cyc(nchw), cyc(up)), "ratio"),
+                         _fmt(_ratio(cyc(cl), cyc(up)), "ratio"),
+                         _fmt(_ratio(cyc(cl), cyc(nchw)), "ratio")))
+
+
 def print_issue_reference(results: dict, with_upstream: bool):
     rows = [(k, v) for k, v in ISSUE_REFERENCE.items() if k in results]
     if not rows:
@@ -636,8 +672,10 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001
             failed[name] = {"ok": False, "error": f"model build failed: {type(e).__name__}: {e}"}
             continue
+        image = any(x.dim() == 4 for x in example)
         for t in args.targets:
-            for flow in ("upstream", "ours") if with_upstream else ("ours",):
+            flows = ("upstream", "ours") if with_upstream else ("ours",)
+            for flow in flows + (("ours_cl",) if image else ()):
                 cost = EXPECTED_S.get(name, 30) * (3 if flow == "upstream" else 1)
                 jobs_todo.append((cost, name, t, flow, job))
     jobs_todo.sort(key=lambda j: -j[0])  # longest first: the two slots finish together
@@ -668,6 +706,7 @@ def main(argv=None) -> int:
             results[(name, t)] = (ours, up if with_upstream else None)
             print_pair(name, t, ours, up if with_upstream else None)
     print_summary(results, models, args.targets, with_upstream)
+    print_layouts(done, models, args.targets, with_upstream)
     print_issue_reference(results, with_upstream)
     print_matters(results, models, args.targets, with_upstream)
     print_notes(with_upstream, args.jobs)

@@ -59,3 +59,37 @@ def fit(model, x, y, optimizer, epochs: int, batch: int) -> None:
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
             optimizer.step()
+
+
+def assert_loads_in_executorch(buffer: bytes, inputs, outputs, method: str = "forward") -> None:
+    """Load ``buffer`` with ExecuTorch's own C++ runtime (``executorch.runtime.Runtime``) and
+    check ``method``'s metadata against the model: as many inputs as ``inputs`` and outputs as
+    ``outputs`` (a tensor or a sequence of tensors, e.g. a host run's result), each with the
+    same dtype and sizes. Metadata only: the NPU backends and the Cortex-M kernels are not
+    registered in that runtime, so the method is neither loaded nor executed."""
+    from executorch.exir.tensor import scalar_type_enum
+    from executorch.runtime import Runtime
+
+    try:
+        program = Runtime.get().load_program(bytes(buffer))
+    except Exception as exc:  # the bindings raise RuntimeError / ValueError on a bad program
+        raise AssertionError(f"ExecuTorch's runtime cannot load the .pte ({len(buffer)} bytes): "
+                             f"{type(exc).__name__}: {exc}") from exc
+    assert method in program.method_names, \
+        f"ExecuTorch: no method {method!r} in the .pte (it has {sorted(program.method_names)})"
+    meta = program.metadata(method)
+    for kind, expected, count, info in (
+            ("input", as_list(inputs), meta.num_inputs(), meta.input_tensor_meta),
+            ("output", as_list(outputs), meta.num_outputs(), meta.output_tensor_meta)):
+        assert count == len(expected), \
+            f"ExecuTorch: {method} has {count} {kind}(s), expected {len(expected)}: {meta}"
+        for i, want in enumerate(expected):
+            assert isinstance(want, torch.Tensor), f"expected {kind} {i} is a {type(want)}"
+            got, where = info(i), f"ExecuTorch: {method} {kind} {i}"
+            assert tuple(got.sizes()) == tuple(want.shape), \
+                f"{where} has sizes {list(got.sizes())}, expected {list(want.shape)}"
+            assert got.dtype() == scalar_type_enum(want.dtype), \
+                f"{where} is {got}, expected dtype {want.dtype} " \
+                f"(ScalarType {int(scalar_type_enum(want.dtype))}, got {got.dtype()})"
+            assert got.nbytes() == want.numel() * want.element_size(), \
+                f"{where} holds {got.nbytes()} bytes, expected {want.numel() * want.element_size()}"

@@ -23,14 +23,17 @@ from mcu_npu.recipes import (
 )
 from mcu_npu.runtime import load_program
 
-from helpers import calibration_set, fit
+from helpers import assert_loads_in_executorch, calibration_set, fit
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
 def _recipe_program(model, samples, recipe):
     session = export(model, samples, recipe)
-    return load_program(bytes(session.get_executorch_program_manager().buffer))
+    buffer = bytes(session.get_executorch_program_manager().buffer)
+    program = load_program(buffer)
+    assert_loads_in_executorch(buffer, samples[0], program.run(*samples[0]))
+    return program
 
 
 def _assert_same_outputs(prog, program, samples):
@@ -86,6 +89,7 @@ def test_recipe_equals_compile_on_mlperf_tiny(name):
     model, example = MODELS[name]()
     samples = calibration_set(example, n=4, seed=1)
     prog = mcu_npu.compile(model, samples[0], calibration=samples)
+    assert_loads_in_executorch(prog.buffer, samples[0], prog.run(*samples[0]))
     program = _recipe_program(model, samples, get_imxrt700_recipe())
     _assert_same_outputs(prog, program, samples)
 

@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from .errors import ConfigError, InvalidProgramError
+from .errors import ConfigError, InputError, InvalidProgramError
 from .npu import COMPILER_NAMES
 from .backend import keep_interfaces_only, use_device_ids
 from .cortex_m import cortex_m_core, is_cortex_m, lower_to_cortex_m
@@ -22,7 +22,7 @@ from .partition.placement import Placement
 from .pipeline import default_aten_passes, export_module, to_edge_program
 from .quantization import NeutronQuantizer, quantize, quantize_qat
 from .quantization.composed import TargetQuantizer, node_id
-from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, node_macs
+from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, check_io, node_macs
 from .targets import get_target
 
 
@@ -39,9 +39,61 @@ class CompiledProgram:
         return write_atomic(path, self.buffer)
 
     def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        """Execute the ``.pte``; with ``io="int8"`` it takes and returns int8 tensors (see
+        ``quantize_inputs`` / ``dequantize_outputs``)."""
         if self._program is None:
             self._program = load(self.buffer)
         return self._program.run(*inputs)
+
+    def quantize_inputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Float inputs as the program takes them: quantized with the reported input
+        parameters when it was compiled with ``io="int8"``, unchanged otherwise."""
+        return quantize_inputs(self.report.io, inputs)
+
+    def dequantize_outputs(self, outputs) -> list[torch.Tensor]:
+        """The program's outputs as float: dequantized with the reported output parameters
+        when it was compiled with ``io="int8"``, unchanged otherwise."""
+        return dequantize_outputs(self.report.io, outputs)
+
+
+def _quantized_decomposed():
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the ops)
+
+    return torch.ops.quantized_decomposed
+
+
+def quantize_inputs(io: dict, inputs) -> tuple[torch.Tensor, ...]:
+    """Quantize each float input the way the program's own quantize would have (the same
+    op and parameters, so results match the float-I/O program bit for bit); inputs without
+    parameters (``io`` empty: a float-I/O program) pass through."""
+    specs = (io or {}).get("inputs", [])
+    if len(specs) not in (0, len(inputs)):
+        raise InputError(f"the program takes {len(specs)} inputs but {len(inputs)} were given")
+    out = []
+    for i, x in enumerate(inputs):
+        spec = specs[i] if specs else {}
+        if spec.get("scale") is None or not x.dtype.is_floating_point:
+            out.append(x)
+            continue
+        out.append(_quantized_decomposed().quantize_per_tensor(
+            x.to(torch.float32), spec["scale"], spec["zero_point"], spec["quant_min"],
+            spec["quant_max"], getattr(torch, spec["dtype"])))
+    return tuple(out)
+
+
+def dequantize_outputs(io: dict, outputs) -> list[torch.Tensor]:
+    """Dequantize each integer output with its reported parameters; the rest pass through."""
+    specs = (io or {}).get("outputs", [])
+    out = []
+    for i, y in enumerate(outputs):
+        spec = specs[i] if i < len(specs) else {}
+        if spec.get("scale") is None or y.dtype.is_floating_point:
+            out.append(y)
+            continue
+        out.append(_quantized_decomposed().dequantize_per_tensor(
+            y, spec["scale"], spec["zero_point"], spec["quant_min"], spec["quant_max"],
+            getattr(torch, spec["dtype"])))
+    return out
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
@@ -111,12 +163,20 @@ def compile(
     operators_not_to_delegate: Iterable[str] = (),
     progress: bool | None = None,
     train_fn: Callable[[torch.fx.GraphModule], None] | None = None,
+    io: str = "float",
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
     calibrate, with a warning. With ``train_fn`` the quantization is aware-training: the
-    fake-quantized graph, its ranges started from calibration, is handed to ``train_fn``."""
+    fake-quantized graph, its ranges started from calibration, is handed to ``train_fn``.
+
+    ``io="int8"`` makes the program's inputs and outputs the int8 tensors the NPU (or the
+    Cortex-M int8 kernels) consume and produce: no quantize of an input, no dequantize of an
+    output on the CPU; the report's ``io`` gives each one's scale and zero point, and
+    ``run`` takes and returns int8 tensors (``quantize_inputs`` / ``dequantize_outputs``
+    convert). ``io="float"`` (the default) keeps float inputs and outputs."""
     tgt = get_target(target)
+    check_io(io)
     if npu_compiler not in COMPILER_NAMES:
         raise ConfigError(f"unknown npu_compiler {npu_compiler!r}; choose one of: "
                           f"{', '.join(COMPILER_NAMES)}")
@@ -144,7 +204,11 @@ def compile(
         partitioner.placement = getattr(quantizer, "placement", None)
         edge = to_edge_program(reference, example_inputs)
     edge = lower(edge, partitioner, tgt)
+    io_params = {}
+    if io == "int8":
+        edge, io_params = quantize_io(edge)
     report = build_report(tgt.name, partitioner, edge)
+    report.io = io_params
     report.accuracy = {}
     edge._named_data_store.add_named_data(REPORT_KEY, report.to_json().encode())
     buffer = to_executorch(edge)
@@ -190,6 +254,23 @@ def lower(edge, partitioner, target=None):
     for method in edge.methods:
         use_device_ids(edge.exported_program(method))
     return edge
+
+
+def quantize_io(edge) -> tuple:
+    """(``edge`` with int8 program inputs and outputs, their quantization as the report's
+    ``io``): the quantize reading each input and the dequantize making each output are
+    removed from the lowered program in place (``passes.edge``)."""
+    from .passes.edge import RemoveInputQuantize, RemoveOutputDequantize
+
+    if len(edge.methods) != 1:
+        raise ConfigError(f"io='int8' takes a program with one method, this one has "
+                          f"{len(edge.methods)}")
+    program = edge.exported_program(next(iter(edge.methods)))
+    inputs, outputs = RemoveInputQuantize(), RemoveOutputDequantize()
+    inputs(program)
+    outputs(program)
+    return edge, {"mode": "int8", "inputs": [r.as_dict() for r in inputs.inputs],
+                  "outputs": [r.as_dict() for r in outputs.outputs]}
 
 
 def to_executorch(edge) -> bytes:
@@ -275,15 +356,19 @@ def _delegate_infos(edge) -> list[dict]:
 
 
 def measure_accuracy(float_model, reference, prog: CompiledProgram, samples) -> dict:
-    """SQNR (dB) of the host-run ``.pte`` and of the quantized reference against float."""
+    """SQNR (dB) of the host-run ``.pte`` and of the quantized reference (evaluated exactly,
+    in float64, so the figure is the same on every host) against float. An
+    int8-I/O program runs on the samples quantized with its input parameters, its outputs
+    dequantized with its output parameters."""
     from .metrics import sqnr_db
+    from .quantization.exact import run_exact
 
     refs, tests, floats = [], [], []
     with torch.no_grad():
         for s in samples:
             floats.append(_first(float_model(*s)))
-            refs.append(_first(reference(*s)))
-            tests.append(prog.run(*s)[0])
+            refs.append(_first(run_exact(reference, *s)))
+            tests.append(prog.dequantize_outputs(prog.run(*prog.quantize_inputs(*s)))[0])
     f = torch.cat([t.flatten() for t in floats])
     return {
         "sqnr_db": round(sqnr_db(f, torch.cat([t.flatten() for t in tests])), 2),
@@ -314,6 +399,16 @@ class LoadedProgram:
     @property
     def input_specs(self):
         return self._program.input_specs
+
+    def quantize_inputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """See ``CompiledProgram.quantize_inputs`` (uses the report stored in the file)."""
+        report = self.report
+        return quantize_inputs(report.io if report else {}, inputs)
+
+    def dequantize_outputs(self, outputs) -> list[torch.Tensor]:
+        """See ``CompiledProgram.dequantize_outputs`` (uses the report stored in the file)."""
+        report = self.report
+        return dequantize_outputs(report.io if report else {}, outputs)
 
 
 def load(path_or_bytes) -> LoadedProgram:

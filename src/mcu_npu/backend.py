@@ -27,7 +27,6 @@ from .npu import get_compiler
 from .targets import get_target
 from .tflite import convert
 from .tflite.describe import op_names
-from .tflite.layout import same_memory_order
 
 HOST_GRAPH_PREFIX = "mcu_npu.host_graph."
 
@@ -35,22 +34,6 @@ HOST_GRAPH_PREFIX = "mcu_npu.host_graph."
 def host_graph_key(payload: bytes) -> str:
     """Named-data key of the host graph kept beside ``payload``."""
     return HOST_GRAPH_PREFIX + hashlib.sha256(bytes(payload)).hexdigest()[:16]
-
-
-def layout_notes(model, target) -> list[str]:
-    """Warnings for partition inputs/outputs whose TFLite layout differs in memory from the
-    PyTorch tensor on a runtime that copies delegate data without transposing (Ethos-U)."""
-    if target.npu.kind != "ethos-u":
-        return []
-    notes = []
-    for spec in (*model.inputs, *model.outputs):
-        ident = tuple(range(len(spec.shape)))
-        if not same_memory_order(spec.shape, spec.perm, ident):
-            notes.append(f"partition tensor {spec.name} is laid out as {spec.perm} (channels "
-                         "last) in the NPU graph; the Ethos-U device runtime copies it without "
-                         "transposing, so feed it channels-last data on the board (the host "
-                         "runtime transposes for you)")
-    return notes
 
 
 def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
@@ -63,7 +46,6 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
         "stats": dict(artifact.stats),
         "tflite_ops": op_names(model.buffer),
         "tflite_bytes": len(model.buffer),
-        "notes": layout_notes(model, target),
     }
     store = None
     if artifact.host_graph is not None:
@@ -110,14 +92,18 @@ def use_device_ids(exported_program: ExportedProgram) -> bool:
 
 
 class _Outputs(torch.nn.Module):
-    """Zeros shaped like a delegate's outputs: all ExecuTorch still needs of its graph."""
+    """Zeros shaped and strided like a delegate's outputs: all ExecuTorch still needs of its
+    graph (the strides give the output tensors their dim order in the .pte, which the
+    payload's boundary layout was chosen for)."""
 
-    def __init__(self, outputs: list[tuple[tuple[int, ...], torch.dtype]], as_tuple: bool):
+    def __init__(self, outputs: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]],
+                 as_tuple: bool):
         super().__init__()
         self.outputs, self.as_tuple = outputs, as_tuple
 
     def forward(self, *inputs):
-        outs = tuple(torch.zeros(shape, dtype=dtype) for shape, dtype in self.outputs)
+        outs = tuple(torch.empty_strided(shape, stride, dtype=dtype).zero_()
+                     for shape, stride, dtype in self.outputs)
         return outs if self.as_tuple else outs[0]
 
 
@@ -139,9 +125,10 @@ def keep_interfaces_only(exported_program: ExportedProgram) -> None:
         as_tuple = isinstance(out, (list, tuple))
         vals = [n.meta["val"] for n in (out if as_tuple else [out])]
         user = set(original.graph_signature.user_inputs)
-        inputs = tuple(torch.zeros(n.meta["val"].shape, dtype=n.meta["val"].dtype)
+        inputs = tuple(torch.empty_strided(n.meta["val"].shape, n.meta["val"].stride(),
+                                           dtype=n.meta["val"].dtype).zero_()
                        for n in original.graph.nodes if n.op == "placeholder" and n.name in user)
-        stub = _Outputs([(tuple(v.shape), v.dtype) for v in vals], as_tuple)
+        stub = _Outputs([(tuple(v.shape), tuple(v.stride()), v.dtype) for v in vals], as_tuple)
         module._original_exported_program = torch.export.export(stub, inputs)
 
 

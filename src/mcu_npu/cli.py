@@ -100,6 +100,9 @@ def load_calibration(path: str, example_inputs: tuple) -> list[tuple]:
 
 
 def cmd_compile(args) -> int:
+    from .report import check_io
+
+    check_io(args.io)  # before the compiler and the model load (a factory may train)
     from . import api
 
     model, inputs, calibration = load_model_spec(args.model)
@@ -109,7 +112,8 @@ def cmd_compile(args) -> int:
         warnings.simplefilter("always", UserWarning)
         prog = api.compile(model, inputs, target=args.target, calibration=calibration,
                            npu_compiler=args.npu_compiler,
-                           operators_not_to_delegate=args.exclude or (), progress=None)
+                           operators_not_to_delegate=args.exclude or (), progress=None,
+                           io=args.io)
     for w in caught:
         if issubclass(w.category, UserWarning) and "mcu_npu" in (w.filename or ""):
             print(f"mcu-npu: warning: {w.message}", file=sys.stderr)
@@ -196,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--npu-compiler", default="auto", help="auto, reference or neutron")
     c.add_argument("--exclude", action="append", metavar="OP",
                    help="keep this op (e.g. aten.convolution) on the CPU; repeatable")
+    c.add_argument("--io", default="float", metavar="{float,int8}",
+                   help="program inputs/outputs: float (default; quantized on the CPU) or int8 "
+                        "(the NPU's tensors as they are; the report gives their scale and "
+                        "zero point)")
     c.add_argument("-o", "--output", required=True, help="the .pte to write")
     c.set_defaults(func=cmd_compile)
     r = sub.add_parser("run", help="run a .pte on the host")

@@ -77,6 +77,10 @@ def pack_reference(model: TFLiteModel, meta: dict) -> bytes:
     return pack({"meta": json.dumps(meta).encode(), "tflite": model.buffer})
 
 
+def _tuple_or_none(seq):
+    return None if seq is None else tuple(seq)
+
+
 def unpack_reference(buffer: bytes) -> tuple[TFLiteModel, dict]:
     """(TFLiteModel, meta) of a payload written by ``pack_reference``."""
     sections = unpack(buffer)
@@ -87,7 +91,8 @@ def unpack_reference(buffer: bytes) -> tuple[TFLiteModel, dict]:
         raise InvalidProgramError(f"payload container lacks a valid section: {exc}") from None
 
     def specs(key):
-        return tuple(IOSpec(**{**s, "shape": tuple(s["shape"]), "perm": tuple(s["perm"])})
+        return tuple(IOSpec(**{**s, "shape": tuple(s["shape"]), "perm": tuple(s["perm"]),
+                                "dim_order": _tuple_or_none(s.get("dim_order"))})
                      for s in meta[key])
 
     return TFLiteModel(tflite, specs("inputs"), specs("outputs")), meta

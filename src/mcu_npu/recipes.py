@@ -28,6 +28,7 @@ from .partition import NeutronPartitioner
 from .pipeline import default_aten_passes, edge_compile_config
 from .quantization import NeutronQuantizer
 from .quantization.composed import TargetQuantizer
+from .quantization.neutron_quantizer import begin_float64_calibration, end_float64_calibration
 from .targets import get_target
 
 BACKEND = "mcu_npu_neutron"
@@ -98,7 +99,10 @@ def neutron_recipe(
         name=f"{tgt.name}_{recipe_type.value}",
         quantization_recipe=QuantizationRecipe(
             quantizers=[quantizer], is_qat=is_qat, train_fn=train_fn,
-            calibration_inputs_fn=(lambda: samples) if samples is not None else None),
+            calibration_inputs_fn=(lambda: samples) if samples is not None else None,
+            # PTQ calibrates in float64, as compile() does, so ranges match on every host
+            post_prepare_passes=None if is_qat else [begin_float64_calibration],
+            pre_convert_passes=None if is_qat else [end_float64_calibration]),
         lowering_recipe=LoweringRecipe(
             partitioners=[partitioner],
             edge_manager_transform_passes=[lambda manager: device_id_passes()],

@@ -3,6 +3,12 @@ compiler says about them, and how accurate the result is.
 
 It travels inside the ``.pte`` (named data ``mcu_npu.report``) so ``mcu-npu report`` can print
 it from the file alone.
+
+A program compiled with ``io="int8"`` takes and returns int8 tensors; ``io`` then lists each
+program input and output (name, shape, dtype, scale, zero point, quant_min, quant_max) so the
+firmware can quantize its data (``q = round(x / scale) + zero_point``, clamped to
+``[quant_min, quant_max]``) and dequantize the results (``x = scale * (q - zero_point)``). For a
+float-I/O program ``io`` is empty (and absent from ``summary``).
 """
 
 from __future__ import annotations
@@ -12,6 +18,17 @@ from dataclasses import asdict, dataclass, field
 
 REPORT_KEY = "mcu_npu.report"
 STAT_KEYS = ("npu_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
+IO_MODES = ("float", "int8")  # compile(io=...): program inputs/outputs float, or the NPU's int8
+
+
+def check_io(io) -> str:
+    """``io`` if it names a program I/O mode, else ConfigError listing the valid ones (here,
+    not in ``api``, so the CLI checks ``--io`` without loading the compiler)."""
+    from .errors import ConfigError
+
+    if not isinstance(io, str) or io not in IO_MODES:
+        raise ConfigError(f"unknown io {io!r}; choose one of: {', '.join(IO_MODES)}")
+    return io
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,7 @@ class Report:
     partitions: list[PartitionInfo]
     accuracy: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    io: dict = field(default_factory=dict)  # {"mode": "int8", "inputs": [...], "outputs": [...]}
 
     @property
     def summary(self) -> dict:
@@ -66,6 +84,8 @@ class Report:
             if values and len(values) == len(self.partitions):
                 s[key] = sum(values)
         s.update(self.accuracy)
+        if self.io:
+            s["io"] = self.io
         return s
 
     # serialization ---------------------------------------------------------------------
@@ -74,7 +94,8 @@ class Report:
             "target": self.target, "npu_compiler": self.npu_compiler,
             "ops": [asdict(o) for o in self.ops],
             "partitions": [asdict(p) for p in self.partitions],
-            "accuracy": self.accuracy, "notes": self.notes, "summary": self.summary,
+            "accuracy": self.accuracy, "notes": self.notes, "io": self.io,
+            "summary": self.summary,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -87,7 +108,7 @@ class Report:
             target=d["target"], npu_compiler=d["npu_compiler"],
             ops=[OpPlacement(**o) for o in d["ops"]],
             partitions=[PartitionInfo(**p) for p in d["partitions"]],
-            accuracy=d.get("accuracy", {}), notes=d.get("notes", []),
+            accuracy=d.get("accuracy", {}), notes=d.get("notes", []), io=d.get("io") or {},
         )
 
     # text ------------------------------------------------------------------------------
@@ -113,7 +134,24 @@ class Report:
         for r in rows:
             lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
         lines += [f"note: {n}" for n in self.notes]
+        lines += self._io_lines()
         return "\n".join(line.rstrip() for line in lines)
+
+    def _io_lines(self) -> list[str]:
+        """The int8 program I/O table (nothing for float I/O)."""
+        if not self.io:
+            return []
+        rows = [("", "name", "shape", "dtype", "scale", "zero_point")]
+        for kind in ("inputs", "outputs"):
+            for i, t in enumerate(self.io.get(kind, [])):
+                scale = "-" if t.get("scale") is None else f"{t['scale']:.9g}"
+                zero = "-" if t.get("zero_point") is None else str(t["zero_point"])
+                rows.append((f"{kind[:-1]} {i}", t["name"], str(tuple(t["shape"])), t["dtype"],
+                             scale, zero))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["", f"program I/O {self.io.get('mode', 'int8')} (real = scale * (q - zero_point))"]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+        return lines
 
 
 def node_macs(node) -> int:

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import mcu_npu
-from helpers import fit
+from helpers import assert_loads_in_executorch, fit
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +67,7 @@ def test_ptq_and_qat_accuracy_from_the_pte(trained):
     ptq = mcu_npu.compile(model, calibration[0], calibration=calibration,
                           npu_compiler="reference")
     ptq_acc = accuracy(lambda x: ptq.run(x)[0], xv, yv)
+    assert_loads_in_executorch(ptq.buffer, calibration[0], ptq.run(*calibration[0]))
     assert float_acc >= 90.0
     assert ptq_acc >= float_acc - 2.0, (float_acc, ptq_acc)
 
@@ -76,6 +77,7 @@ def test_ptq_and_qat_accuracy_from_the_pte(trained):
     qat = mcu_npu.compile(model, calibration[0], calibration=calibration,
                           npu_compiler="reference", train_fn=qat_train)
     qat_acc = accuracy(lambda x: qat.run(x)[0], xv, yv)
+    assert_loads_in_executorch(qat.buffer, calibration[0], qat.run(*calibration[0]))
     print(f"float {float_acc:.1f}%  PTQ {ptq_acc:.1f}%  QAT {qat_acc:.1f}%")
     assert qat.report.summary["ops_on_cpu"] == 0
     assert qat_acc >= ptq_acc, (ptq_acc, qat_acc)

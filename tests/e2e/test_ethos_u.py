@@ -8,10 +8,14 @@ import pytest
 import torch
 
 import mcu_npu
+from mcu_npu.quantization.exact import run_exact
 from mcu_npu.backend import host_graph_key
 from mcu_npu.models.mlperf_tiny import MODELS
 from mcu_npu.npu import ethosu_payload
 from mcu_npu.metrics import sqnr_db
+
+from device_checks import assert_ethos_u_io_matches
+from helpers import assert_loads_in_executorch
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +41,11 @@ def test_mlperf_tiny_on_ethos_u(name, target):
     assert 0.9 * s["macs"] <= part.stats["macs"] <= 1.1 * s["macs"]
     with torch.no_grad():
         floats = torch.cat([model(*t).flatten() for t in tests])
-        refs = torch.cat([prog.reference(*t).flatten() for t in tests])
+        refs = torch.cat([run_exact(prog.reference, *t).flatten() for t in tests])
     runs = torch.cat([prog.run(*t)[0].flatten() for t in tests])
     assert sqnr_db(floats, runs) >= sqnr_db(floats, refs) - 1.0
+    assert_loads_in_executorch(prog.buffer, tests[0], prog.run(*tests[0]))
+    assert_ethos_u_io_matches(prog.buffer)
 
 
 def test_vela_payload_is_the_device_layout_and_host_graph_sits_beside_it(tmp_path):
@@ -56,10 +62,11 @@ def test_vela_payload_is_the_device_layout_and_host_graph_sits_beside_it(tmp_pat
     blocks = ethosu_payload.parse(payload)
     assert blocks is not None and host_graph_key(payload) == keys[0]
     assert torch.equal(loaded.run(*tests[0])[0], prog.run(*tests[0])[0])
+    assert_loads_in_executorch(prog.buffer, tests[0], prog.run(*tests[0]))
 
 
 UPSTREAM_AFTER = """
-import torch, mcu_npu
+import sys, torch, mcu_npu
 import mcu_npu.backend  # this project's backends, defined first
 import executorch.backends.arm.ethosu  # then upstream's EthosUBackend class
 from executorch.exir._serialize._program import deserialize_pte_binary
@@ -70,17 +77,22 @@ prog = mcu_npu.compile(m, (x,), target="ethos-u55-128", calibration=[(x,)])
 pte = deserialize_pte_binary(prog.buffer).program
 print([d.id for plan in pte.execution_plan for d in plan.delegates])
 print(prog.report.partitions[0].compiler, float((prog.run(x)[0] - prog.reference(x)).abs().max()))
+sys.path.insert(0, sys.argv[1])  # tests/, for helpers
+from helpers import assert_loads_in_executorch
+assert_loads_in_executorch(prog.buffer, (x,), prog.run(x))
 """
 
 
 def test_upstream_arm_backend_in_the_same_process_does_not_take_the_partitions():
     """Upstream's Arm backend registers a class named like the device id; this project's
     partitions still reach its own backend and the program still names the device id."""
+    import os
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-c", UPSTREAM_AFTER], capture_output=True, text=True,
-                       timeout=600)
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", UPSTREAM_AFTER, tests_dir], capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     ids, last = r.stdout.strip().splitlines()[-2:]
     assert ids == "['EthosUBackend']"

@@ -11,8 +11,12 @@ import pytest
 import torch
 
 import mcu_npu
+from mcu_npu.quantization.exact import run_exact
 from mcu_npu.metrics import sqnr_db
 from mcu_npu.models.mlperf_tiny import MODELS
+
+from device_checks import assert_neutron_io_matches
+from helpers import assert_loads_in_executorch
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -30,9 +34,11 @@ def test_mlperf_tiny_model_on_imxrt700(name, tmp_path):
     tests = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(12)]
     with torch.no_grad():
         floats = torch.cat([model(*t).flatten() for t in tests])
-        refs = torch.cat([prog.reference(*t).flatten() for t in tests])
+        refs = torch.cat([run_exact(prog.reference, *t).flatten() for t in tests])
     runs = [prog.run(*t)[0] for t in tests]
     assert sqnr_db(floats, torch.cat([r.flatten() for r in runs])) >= sqnr_db(floats, refs) - 1
+    assert_loads_in_executorch(prog.buffer, tests[0], prog.run(*tests[0]))
+    assert_neutron_io_matches(prog.buffer)
     loaded = mcu_npu.load(prog.save(tmp_path / f"{name}.pte"))
     for t, r in zip(tests[:3], runs):
         assert torch.equal(loaded.run(*t)[0], r)
@@ -48,6 +54,7 @@ def test_digits_classifier_from_its_pte(tmp_path):
     prog = mcu_npu.compile(model, example, target="imxrt700", calibration=calibration,
                            npu_compiler="reference")
     loaded = mcu_npu.load(prog.save(tmp_path / "digits.pte"))
+    assert_loads_in_executorch(prog.buffer, example, loaded.run(*example))
     images, labels = digits.held_out()
     hits = sum(int(loaded.run(images[i:i + 1])[0].argmax()) == int(labels[i])
                for i in range(len(images)))

@@ -9,7 +9,10 @@ import torch
 import torch.nn as nn
 
 import mcu_npu
+from mcu_npu.quantization.exact import run_exact
 from mcu_npu.metrics import sqnr_db
+
+from helpers import assert_loads_in_executorch
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +72,7 @@ def test_recurrent_model_runs_on_the_npu_within_contract(name):
     tests = [torch.randn(shape, generator=g) for _ in range(4)]
     with torch.no_grad():
         floats = torch.cat([model(x).flatten() for x in tests])
-        refs = torch.cat([prog.reference(x).flatten() for x in tests])
+        refs = torch.cat([run_exact(prog.reference, x).flatten() for x in tests])
     runs = torch.cat([prog.run(x)[0].flatten() for x in tests])
     assert sqnr_db(floats, runs) >= sqnr_db(floats, refs) - 1.0
+    assert_loads_in_executorch(prog.buffer, tests[0], prog.run(tests[0]))

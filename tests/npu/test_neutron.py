@@ -90,14 +90,22 @@ def test_compose_parse_round_trip():
     ((1, 3, 8, 8), (0, 1, 2, 3), nxp.FORMATLESS),
     ((1, 1, 8, 8), NCHW, nxp.FORMATLESS),  # one channel: same bytes either way
     ((4, 16), (0, 1), nxp.FORMATLESS),
+    # 3-D: the runtime takes sizes[0] as the channels and writes (H, W, C) = perm (1, 2, 0)
+    ((2, 4, 8), (1, 2, 0), nxp.CHANNELS_LAST),
+    ((2, 4, 8), (0, 1, 2), nxp.FORMATLESS),
 ])
 def test_runtime_format(shape, perm, flag):
     assert runtime_format(spec("t", shape, perm)) == flag
 
 
-def test_runtime_format_rejects_other_layouts():
-    with pytest.raises(NpuCompilerError, match="only 4-D NCHW"):
-        runtime_format(spec("seq", (1, 4, 8), (0, 2, 1)))
+@pytest.mark.parametrize("shape, perm", [
+    ((1, 4, 8), (0, 2, 1)),  # conv1d layout: sizes[0] == 1, so the flag transposes nothing
+    ((2, 4, 8), (0, 2, 1)),  # the flag gives (1, 2, 0), never (0, 2, 1)
+    ((4, 16), (1, 0)),  # the runtime refuses to transpose below rank 3
+])
+def test_runtime_format_rejects_layouts_the_runtime_cannot_deliver(shape, perm):
+    with pytest.raises(NpuCompilerError, match="no Neutron format flag delivers layout"):
+        runtime_format(spec("seq", shape, perm))
 
 
 def test_maps_follow_converter_io_order(monkeypatch):

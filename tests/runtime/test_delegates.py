@@ -52,11 +52,14 @@ class ToyAddPartitioner(Partitioner):
 CALLS = []
 
 
-def toy_emulator(processed, compile_specs, named_data, inputs):
-    """Computes the adds (times the named-data scale, to prove the data reached it)."""
-    CALLS.append((processed, compile_specs, named_data, [t.clone() for t in inputs]))
+def toy_emulator(processed, compile_specs, named_data, inputs, outputs):
+    """Computes the adds (times the named-data scale, to prove the data reached it) into the
+    outputs' memory."""
+    values = [a.tensor for a in inputs]
+    CALLS.append((processed, compile_specs, named_data, [t.clone() for t in values]))
     scale = named_data["toy/scale"][0]
-    return [(inputs[i] + inputs[j]) * scale for i, j in json.loads(processed)]
+    for out, (i, j) in zip(outputs, json.loads(processed)):
+        out.write_memory(((values[i] + values[j]) * scale).numpy())
 
 
 class TwoAdds(torch.nn.Module):
@@ -108,10 +111,13 @@ def test_unregistered_backend_is_a_clear_error(toy_pte):
         load(toy_pte).run(torch.randn(2, 4), torch.randn(2, 4))
 
 
-def test_emulator_returning_wrong_outputs_is_reported(toy_pte):
-    register_emulator("ToyAddBackend", lambda p, c, n, inputs: [inputs[0]])
+def test_emulator_writing_wrong_output_bytes_is_reported(toy_pte):
+    def short(p, c, n, inputs, outputs):
+        outputs[0].write_memory(inputs[0].memory()[:3])
+
+    register_emulator("ToyAddBackend", short)
     try:
-        with pytest.raises(InvalidProgramError, match="returned 1 outputs .* expects 2"):
+        with pytest.raises(InvalidProgramError, match="wrote 12 bytes into a 32-byte output"):
             load(toy_pte).run(torch.randn(2, 4), torch.randn(2, 4))
     finally:
         unregister_emulator("ToyAddBackend")
@@ -123,7 +129,7 @@ def test_registry_refuses_a_second_emulator_for_an_id():
         register_emulator("RegistryProbe", toy_emulator)  # same function: fine
         assert get_emulator("RegistryProbe") is toy_emulator
         with pytest.raises(ValueError, match="RegistryProbe"):
-            register_emulator("RegistryProbe", lambda *a: [])
+            register_emulator("RegistryProbe", lambda *a: None)
     finally:
         unregister_emulator("RegistryProbe")
     with pytest.raises(InvalidProgramError, match="'RegistryProbe'"):

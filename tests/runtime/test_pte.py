@@ -261,3 +261,27 @@ def test_unknown_operator_is_named():
         resolve("nosuchns::frobnicate", "out")
     with pytest.raises(InvalidProgramError, match="aten::add.no_such_overload"):
         resolve("aten::add", "no_such_overload")
+
+
+def test_executorch_metadata_check_fails_on_a_wrong_expectation():
+    """assert_loads_in_executorch passes on a compiled program's own inputs and outputs and
+    fails on a wrong shape, dtype or output count, and on bytes that are not a program."""
+    import mcu_npu
+    from helpers import assert_loads_in_executorch
+
+    x = torch.randn(1, 3, 8, 8)
+    prog = mcu_npu.compile(ConvNet().eval(), (x,), target="imxrt700", calibration=[(x,)],
+                           npu_compiler="reference")
+    out = prog.run(x)
+    assert_loads_in_executorch(prog.buffer, (x,), out)
+    with pytest.raises(AssertionError, match=r"input 0 has sizes \[1, 3, 8, 8\], expected "
+                                             r"\[1, 3, 9, 9\]"):
+        assert_loads_in_executorch(prog.buffer, (torch.randn(1, 3, 9, 9),), out)
+    with pytest.raises(AssertionError, match=r"output 0 has sizes \[1, 5\], expected \[5\]"):
+        assert_loads_in_executorch(prog.buffer, (x,), [out[0].flatten()])
+    with pytest.raises(AssertionError, match="output 0 is .*expected dtype torch.int8"):
+        assert_loads_in_executorch(prog.buffer, (x,), [out[0].to(torch.int8)])
+    with pytest.raises(AssertionError, match=r"1 output\(s\), expected 2"):
+        assert_loads_in_executorch(prog.buffer, (x,), [out[0], out[0]])
+    with pytest.raises(AssertionError, match="cannot load the .pte"):
+        assert_loads_in_executorch(prog.buffer[:len(prog.buffer) // 2], (x,), out)

@@ -31,7 +31,8 @@ def randomize_batchnorm(model: nn.Module, example_shape, seed: int = 0,
     The affine weight (U(0.5, 1)) and shift (N(1, 0.5)) are set first; the running statistics
     are then measured on one batch of random inputs (as training leaves them: each layer's
     input normalized) and perturbed per channel (mean by 0.1 std, variance by U(0.75, 1.25)),
-    so folding yields per-channel scales and shifts that all differ. Shifts centred at 1 keep
+    so folding yields per-channel scales and shifts that all differ. The statistics are
+    measured in float64, so the model is the same on every host. Shifts centred at 1 keep
     most ReLUs active, like a trained network's well-conditioned state: centred at 0, a random
     deep network is chaotic (MobileNet turns a 40 dB input perturbation into a ~14 dB output
     one) and int8 comparisons would drown in that noise.
@@ -45,9 +46,13 @@ def randomize_batchnorm(model: nn.Module, example_shape, seed: int = 0,
             m.bias.copy_(torch.randn(n, generator=g) * 0.5 + 1.0)
             m.reset_running_stats()
             m.momentum = None  # cumulative average: one batch gives its exact statistics
-        model.train()
-        model(torch.randn(batch, *example_shape[1:], generator=g))
-        model.eval()
+        # The statistics come from a float64 pass, rounded once to float32: a float32 pass
+        # sums in the order of the host's conv kernels (oneDNN's AVX2 and AVX-512 code
+        # differ), which changes the running statistics, so the model, in their last bits
+        # and, through the quantization ranges, every quantized result downstream.
+        model.double().train()
+        model(torch.randn(batch, *example_shape[1:], generator=g).double())
+        model.float().eval()
         for m in norms:
             n = m.num_features
             std = m.running_var.sqrt()

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 from ai_edge_litert import schema_py_generated as schema
 
+from ..device_io import neutron_flag
 from ..errors import InvalidProgramError, NpuCompilerError
+from ..payload import pack_reference
 from ..targets import Target
-from ..tflite import IOSpec, TFLiteModel, layout
+from ..tflite import IOSpec, TFLiteModel
 from ..tflite.builder import BUILTIN_NAMES
 from . import neutron_payload as nxp
 from .base import NpuArtifact
@@ -164,19 +166,14 @@ def extract_neutron_graph(tflite: bytes) -> NeutronGraph:
 
 
 def runtime_format(spec: IOSpec) -> int:
-    """Header format flag of one partition input / output, from its layout ``perm``.
-
-    The runtime transposes only 4-D NCHW <-> NHWC; a layout whose memory order is that of
-    the PyTorch tensor needs no transpose.
-    """
+    """Header format flag of one partition input / output: the flag under which the Neutron
+    runtime hands the NPU the tensor in the partition graph's layout ``spec.perm``."""
     rank = len(spec.shape)
-    if layout.same_memory_order(spec.shape, spec.perm, layout.identity(rank)):
-        return nxp.FORMATLESS
-    if rank == 4 and layout.same_memory_order(spec.shape, spec.perm, (0, 2, 3, 1)):
-        return nxp.CHANNELS_LAST
-    raise NpuCompilerError(f"{spec.name}: layout {spec.perm} of a {rank}-D tensor has no Neutron "
-                           "runtime format (the runtime transposes only 4-D NCHW <-> NHWC)",
-                           tool=TOOL)
+    dim_order = spec.dim_order if spec.dim_order is not None else tuple(range(rank))
+    try:
+        return int(neutron_flag(spec.shape, dim_order, spec.perm, spec.name))
+    except InvalidProgramError as exc:
+        raise NpuCompilerError(str(exc), tool=TOOL) from None
 
 
 def _positions(names: tuple[str, ...], partition: list[str], kind: str) -> tuple[int, ...]:
@@ -247,7 +244,8 @@ class NeutronCompiler:
         # flash: the whole payload; SRAM: the buffers the runtime allocates for each run
         run_buffers = (info.scratch_size, info.profile_size, info.debug_size,
                        info.sram_scratch_size)
+        host = pack_reference(model, {"compiler": self.name, "target": target.name})
         return NpuArtifact(self.name, payload, {
             "npu_flash_bytes": len(payload), "npu_sram_bytes": sum(run_buffers),
             "microcode_bytes": len(graph.microcode), "weights_bytes": len(graph.weights),
-            "kernels_bytes": len(graph.kernels), "payload_version": graph.version})
+            "kernels_bytes": len(graph.kernels), "payload_version": graph.version}, host)

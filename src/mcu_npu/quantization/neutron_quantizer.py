@@ -90,9 +90,72 @@ def quantize(
             check_guards=False
         )
     prepared = prepare_pt2e(model, quantizer)
-    for sample in calibration if calibration is not None else [tuple(example_inputs)]:
-        prepared(*sample)
+    calibrate(prepared, calibration if calibration is not None else [tuple(example_inputs)])
     return convert_pt2e(prepared)
+
+
+def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> None:
+    """Run the calibration samples through the observers of ``prepared``, in float64.
+
+    In float32 the observed ranges hang on the order in which the host's kernels sum (oneDNN
+    and ATen pick it by CPU), so scales, biases and the whole int8 program would differ
+    between machines by an ulp here and there, and the int8 results downstream by whole
+    steps. The float64 activations rounded to float32 (the observers go back to float32
+    before ``convert_pt2e``) are the same on every host. A graph that cannot run in float64
+    (an op with a hard-coded float32 constant) is calibrated in float32.
+    """
+    samples = list(samples)
+    try:
+        with torch.no_grad():
+            begin_float64_calibration(prepared)
+            for sample in samples:
+                prepared(*sample)
+    except (RuntimeError, TypeError, AssertionError):
+        end_float64_calibration(prepared)
+        _reset_observers(prepared)
+        for sample in samples:
+            prepared(*sample)
+    else:
+        end_float64_calibration(prepared)
+
+
+_HOOK = "_mcu_npu_float64_hook"
+
+
+def begin_float64_calibration(prepared: GraphModule) -> GraphModule:
+    """``prepared`` (a ``prepare_pt2e`` result) computing in float64: parameters, buffers
+    and observers in float64, float32 inputs cast on entry. A post-prepare pass for
+    ExecuTorch's ``QuantizationRecipe``; ``end_float64_calibration`` undoes it."""
+    from .exact import to_float64
+
+    to_float64(prepared)
+    if getattr(prepared, _HOOK, None) is None:
+        handle = prepared.register_forward_pre_hook(
+            lambda module, args: tuple(_as_float64(x) for x in args))
+        object.__setattr__(prepared, _HOOK, handle)
+    return prepared
+
+
+def end_float64_calibration(prepared: GraphModule) -> GraphModule:
+    """Back to float32 after ``begin_float64_calibration`` (a pre-convert pass)."""
+    from .exact import to_float32
+
+    handle = getattr(prepared, _HOOK, None)
+    if handle is not None:
+        handle.remove()
+        object.__setattr__(prepared, _HOOK, None)
+    return to_float32(prepared)
+
+
+def _as_float64(x):
+    return x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+
+
+def _reset_observers(prepared: GraphModule) -> None:
+    for module in prepared.modules():
+        reset = getattr(module, "reset_min_max_vals", None)
+        if reset is not None:
+            reset()
 
 
 def quantize_qat(

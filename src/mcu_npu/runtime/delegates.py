@@ -1,20 +1,57 @@
 """The registry of delegate emulators: host functions that stand in for a backend's runtime.
 
-An emulator receives what the board's backend receives (the processed payload, the compile
-specs, the program's named data and the call's inputs) and returns the call's outputs.
+An emulator receives what the board's backend receives: the processed payload, the compile
+specs, the program's named data and the call's tensors as ``DeviceTensor`` (sizes, dtype,
+dim order and the bytes in memory order). It writes its results into the output tensors'
+memory, as the device backend writes into the planned output buffers.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 
 from ..errors import InvalidProgramError
 
+
+@dataclass(frozen=True)
+class DeviceTensor:
+    """A delegate argument as a device backend sees it: ``tensor`` is the value with its
+    PyTorch sizes, laid out over planned memory in ``dim_order``."""
+
+    tensor: torch.Tensor
+    dim_order: tuple[int, ...]
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(self.tensor.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.tensor.numel() * self.tensor.element_size()
+
+    def memory(self) -> np.ndarray:
+        """The tensor's bytes as they lie in memory (its dim order), as a flat array."""
+        return self.tensor.permute(self.dim_order).contiguous().reshape(-1).numpy()
+
+    def write_memory(self, data: np.ndarray) -> None:
+        """Copy ``data`` byte for byte into the tensor's memory (a device-side memcpy)."""
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if raw.size != self.nbytes:
+            raise InvalidProgramError(f"a delegate wrote {raw.size} bytes into a "
+                                      f"{self.nbytes}-byte output tensor")
+        physical = self.tensor.permute(self.dim_order)
+        flat = torch.from_numpy(raw.copy()).view(self.tensor.dtype)
+        physical.copy_(flat.reshape(physical.shape))
+
+
 Emulator = Callable[
-    [bytes, "list[tuple[str, bytes]]", "dict[str, bytes]", "list[torch.Tensor]"],
-    "list[torch.Tensor]",
+    [bytes, "list[tuple[str, bytes]]", "dict[str, bytes]", "list[DeviceTensor]",
+     "list[DeviceTensor]"],
+    None,
 ]
 
 _EMULATORS: dict[str, Emulator] = {}
@@ -89,22 +126,15 @@ def _preset_values(plan) -> set[int]:
 
 def call_delegate(delegate, processed: bytes, named_data: dict[str, bytes], frame, args,
                   n_outputs: int) -> None:
-    """Run one DelegateCall through its backend's emulator and store the results."""
+    """Run one DelegateCall through its backend's emulator, which writes the outputs."""
     emulator = get_emulator(delegate.id)
     split = len(args) - n_outputs
-    inputs = [frame.read(i) for i in args[:split]]
+    tensors = []
+    for k, index in enumerate(args):
+        value = frame.read(index)
+        if not isinstance(value, torch.Tensor):
+            raise InvalidProgramError(f"argument {k} of the '{delegate.id}' delegate call is a "
+                                      f"{type(value).__name__}, not a tensor")
+        tensors.append(DeviceTensor(value, frame.dim_order(index)))
     specs = [(spec.key, bytes(spec.value)) for spec in delegate.compile_specs]
-    outputs = list(emulator(bytes(processed), specs, named_data, inputs))
-    if len(outputs) != n_outputs:
-        raise InvalidProgramError(
-            f"the emulator of backend '{delegate.id}' returned {len(outputs)} outputs for a call "
-            f"with {len(inputs)} inputs; the program expects {n_outputs}")
-    for k, (index, value) in enumerate(zip(args[split:], outputs)):
-        value = torch.as_tensor(value)
-        expected = frame.values[index]
-        if isinstance(expected, torch.Tensor) and (
-                value.shape != expected.shape or value.dtype != expected.dtype):
-            raise InvalidProgramError(
-                f"output {k} of the '{delegate.id}' delegate is {tuple(value.shape)} "
-                f"{value.dtype}; the program expects {tuple(expected.shape)} {expected.dtype}")
-        frame.write(index, value)
+    emulator(bytes(processed), specs, named_data, tensors[:split], tensors[split:])

@@ -50,9 +50,14 @@ class Boxed(NamedTuple):
 class Frame:
     """The live values of one method, read and written by index."""
 
-    def __init__(self, values: list, none_ids: set[int]):
+    def __init__(self, values: list, none_ids: set[int], dim_orders: dict[int, tuple] | None = None):
         self.values = values
         self.none_ids = none_ids  # empty tensors the emitter writes for an absent `Tensor?`
+        self.dim_orders = dim_orders or {}  # the .pte's dim order of each tensor value
+
+    def dim_order(self, index: int) -> tuple[int, ...]:
+        """The dim order the program gives tensor value ``index`` (contiguous if unknown)."""
+        return self.dim_orders.get(index, tuple(range(self.values[index].dim())))
 
     def read(self, index: int, optional: bool = False):
         value = self.values[index]
@@ -170,12 +175,16 @@ def _params(schema) -> list[_Param]:
                    "ScalarType" in str(a.real_type), a.is_out) for a in schema.arguments]
 
 
-def _bind(params: list[_Param], frame: Frame, args: Sequence[int], skip_out: bool = False):
+def _bind(params: list[_Param], frame: Frame, args: Sequence[int], skip_out: bool = False,
+          replace: dict | None = None):
+    """Positional and keyword arguments of a call; ``replace`` swaps the values of some
+    parameters (by position) for others."""
     positional, keywords = [], {}
-    for param, index in zip(params, args):
+    replace = replace or {}
+    for k, (param, index) in enumerate(zip(params, args)):
         if skip_out and param.out:
             continue
-        value = frame.read(index, param.optional)
+        value = replace[k] if k in replace else frame.read(index, param.optional)
         if param.dtype and isinstance(value, int):
             value = dtype_of(value)
         if param.keyword:
@@ -202,16 +211,48 @@ def _functional_of(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     return None
 
 
+# Kernels that walk their input and output memory linearly, element by element (ExecuTorch's
+# quantized op_quantize.cpp / op_dequantize.cpp): right only when both share one dim order.
+MEMORY_LINEAR = {"quantized_decomposed::quantize_per_tensor",
+                 "quantized_decomposed::dequantize_per_tensor"}
+
+
 def _call(op: torch._ops.OpOverload) -> Kernel:
     params = _params(op._schema)
-    is_out = any(p.out for p in params)
+    outs = [i for i, p in enumerate(params) if p.out]
+    linear = op._schema.name in MEMORY_LINEAR
 
     def run(frame: Frame, args: Sequence[int]) -> None:
-        positional, keywords = _bind(params, frame, args)
-        result = op(*positional, **keywords)
-        if not is_out:
-            _write_returns(frame, args[len(params):], result)
+        if not outs:
+            positional, keywords = _bind(params, frame, args)
+            _write_returns(frame, args[len(params):], op(*positional, **keywords))
+            return
+        if linear:
+            _check_same_dim_order(op, frame, [args[0], *(args[i] for i in outs)])
+        # The host kernel reads contiguous copies and fills fresh contiguous buffers, whose
+        # values then go into the planned memory in its dim order: ExecuTorch's AOT builds of
+        # the kernels walk memory as if every tensor were contiguous, and may re-stride `out`.
+        scratch = {i: torch.empty(out.shape, dtype=out.dtype) for i in outs
+                   if isinstance(out := frame.read(args[i]), torch.Tensor)}
+        written = list(scratch)
+        for k, (param, index) in enumerate(zip(params, args)):
+            value = frame.read(index)
+            if k not in scratch and isinstance(value, torch.Tensor) and \
+                    not value.is_contiguous():
+                scratch[k] = value.contiguous()
+        positional, keywords = _bind(params, frame, args, replace=scratch)
+        op(*positional, **keywords)
+        for i in written:
+            frame.write(args[i], scratch[i])
     return run
+
+
+def _check_same_dim_order(op, frame: Frame, ids: Sequence[int]) -> None:
+    orders = {frame.dim_order(i) for i in ids if isinstance(frame.read(i), torch.Tensor)}
+    if len(orders) > 1:
+        raise InvalidProgramError(
+            f"{op._schema.name} reads and writes tensors of dim orders {sorted(orders)}; the "
+            "device kernel walks memory linearly, so the board would compute a permuted result")
 
 
 def _call_functional(op: torch._ops.OpOverload, functional: torch._ops.OpOverload) -> Kernel:

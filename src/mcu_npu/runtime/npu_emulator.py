@@ -1,34 +1,55 @@
-"""Host emulation of NPU delegates: the partition's TFLite graph runs in LiteRT.
+"""Host emulation of NPU delegates: the device runtime's data movement, then the partition's
+TFLite graph in LiteRT standing in for the NPU.
 
-A reference payload carries that graph. A vendor payload (Neutron microcode) cannot run
-anywhere but the chip, so it is refused with an explanation.
+Each emulator copies delegate inputs and outputs exactly as its device runtime does
+(``device_io`` has the rules) and applies the runtime's checks and refusals; nothing else
+moves or converts data. So a program whose partition graph expects another layout than the
+runtime hands it computes wrong numbers here, as it would on the board.
+
+- ``run_ethos_u`` follows ``EthosUBackend.cpp``: per Vela input record (argument ``i``) the
+  element type must match the record's element size (int8/uint8/bool 1, int16 2, int32 4;
+  anything else, float included, is refused), the bytes are copied in the tensor's memory
+  order, the element counts must match; outputs are copied back when the byte counts match.
+- ``run_neutron`` follows ``NeutronBackend.cpp``: inputs and outputs go through the payload's
+  argument maps, and are transposed on the CPU only where the format flag says so.
+
+A vendor payload's graph comes from the named data kept beside it; a reference payload is
+the graph (for Ethos-U its tensors stand for Vela's records, for Neutron its metadata holds
+the format flags a Neutron payload would carry).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 import torch
 
+from ..device_io import neutron_layout, to_npu
 from ..errors import InvalidProgramError
 from ..payload import is_container, unpack_reference
-from .litert import interpreter, run_model
+from .delegates import DeviceTensor
+from .litert import interpreter
+
+# Element types the Ethos-U runtime copies, with the Vela element size each must meet.
+ETHOS_U_INPUT_TYPES = {torch.int32: 4, torch.int8: 1, torch.uint8: 1, torch.int16: 2,
+                       torch.bool: 1}
 
 
 @lru_cache(maxsize=32)
 def _prepared(digest: bytes, payload: bytes):
     model, meta = unpack_reference(payload)
-    return model, interpreter(model.buffer)
+    return model, meta, interpreter(model.buffer)
 
 
-def run_payload(processed: bytes, compile_specs, named_data, inputs) -> list[torch.Tensor]:
-    """Execute one NPU delegate call on the host: the payload itself when it is the TFLite
-    graph, else the host graph kept beside a vendor payload."""
+def _graph(processed: bytes, named_data: dict[str, bytes]):
+    """(TFLiteModel, meta, interpreter) of the partition graph behind a payload."""
     from ..backend import host_graph_key
 
-    payload = bytes(processed)
+    payload = processed
     if not is_container(payload):
         kept = named_data.get(host_graph_key(payload))
         if kept is None:
@@ -36,9 +57,143 @@ def run_payload(processed: bytes, compile_specs, named_data, inputs) -> list[tor
                 "this program's NPU partitions hold vendor microcode that only the NPU itself "
                 "can run; compile with npu_compiler='reference' to check it on the host")
         payload = bytes(kept)
-    model, interp = _prepared(hashlib.sha256(payload).digest(), payload)
-    if len(inputs) != len(model.inputs):
+    return _prepared(hashlib.sha256(payload).digest(), payload)
+
+
+@dataclass(frozen=True)
+class _Record:
+    """One NPU input or output as the runtime knows it: element count and element size."""
+
+    count: int
+    elem_size: int
+
+
+def _tensor_detail(interp, index: int) -> dict:
+    return next(d for d in interp.get_tensor_details() if d["index"] == index)
+
+
+def _feed(interp, index: int, memory: np.ndarray, what: str) -> None:
+    """Put raw bytes into a TFLite input tensor, as the NPU reads its input region."""
+    detail = _tensor_detail(interp, index)
+    dtype, shape = np.dtype(detail["dtype"]), tuple(int(d) for d in detail["shape"])
+    raw = np.ascontiguousarray(memory).reshape(-1).view(np.uint8)
+    if raw.size != math.prod(shape) * dtype.itemsize:
+        raise InvalidProgramError(f"{what}: {raw.size} bytes reach an NPU input of "
+                                  f"{math.prod(shape) * dtype.itemsize} bytes")
+    interp.set_tensor(index, raw.view(dtype).reshape(shape))
+
+
+def _result(interp, index: int) -> np.ndarray:
+    """A TFLite output tensor's bytes, flat, as the NPU leaves them in its output region."""
+    return np.ascontiguousarray(interp.get_tensor(index)).reshape(-1)
+
+
+def _check_arity(kind: str, inputs: list, outputs: list, n_in: int, n_out: int) -> None:
+    if (len(inputs), len(outputs)) != (n_in, n_out):
         raise InvalidProgramError(
-            f"NPU delegate expects {len(model.inputs)} inputs, the program passes {len(inputs)}")
-    outputs = run_model(model, inputs, interp)
-    return [torch.from_numpy(np.ascontiguousarray(o)) for o in outputs]
+            f"NPU delegate expects {n_in} inputs and {n_out} outputs ({kind} payload), the "
+            f"program passes {len(inputs)} inputs and {len(outputs)} outputs")
+
+
+def _vela_records(processed: bytes, model, interp) -> tuple[list[_Record], list[_Record]]:
+    if is_container(processed):
+        def record(spec):
+            detail = _tensor_detail(interp, spec.index)
+            return _Record(math.prod(int(d) for d in detail["shape"]),
+                           np.dtype(detail["dtype"]).itemsize)
+        return [record(s) for s in model.inputs], [record(s) for s in model.outputs]
+    from ..npu import ethosu_payload as bin_stream
+
+    stream = bin_stream.parse(processed)
+    def records(ios):
+        return [_Record(math.prod(io.shape), io.elem_size) for io in ios]
+    return records(stream.inputs), records(stream.outputs)
+
+
+def run_ethos_u(processed: bytes, compile_specs, named_data, inputs: list[DeviceTensor],
+                outputs: list[DeviceTensor]) -> None:
+    """One Ethos-U delegate call: memcpy in, NPU (LiteRT), memcpy out."""
+    processed = bytes(processed)
+    model, _, interp = _graph(processed, named_data)
+    in_records, out_records = _vela_records(processed, model, interp)
+    _check_arity("Ethos-U", inputs, outputs, len(in_records), len(out_records))
+    if (len(model.inputs), len(model.outputs)) != (len(in_records), len(out_records)):
+        raise InvalidProgramError("the Ethos-U payload's inputs and outputs differ from its "
+                                  "partition graph's")
+    for i, (arg, record, spec) in enumerate(zip(inputs, in_records, model.inputs)):
+        dtype = arg.tensor.dtype
+        if ETHOS_U_INPUT_TYPES.get(dtype) != record.elem_size:
+            raise InvalidProgramError(
+                f"Ethos-U input {i} is {dtype} for a {record.elem_size}-byte NPU input: the "
+                "runtime copies only int32 (4 bytes), int8/uint8/bool (1 byte) and int16 "
+                "(2 bytes) tensors whose size matches, and refuses this program")
+        if arg.tensor.numel() != record.count:
+            raise InvalidProgramError(f"Ethos-U input {i}: the program passes "
+                                      f"{arg.tensor.numel()} elements, the NPU expects "
+                                      f"{record.count} (Input tensor sizes do not match)")
+        _feed(interp, spec.index, arg.memory(), f"Ethos-U input {i}")
+    interp.invoke()
+    for i, (arg, record, spec) in enumerate(zip(outputs, out_records, model.outputs)):
+        if arg.nbytes != record.count * record.elem_size:
+            raise InvalidProgramError(
+                f"Ethos-U output {i}: the program's tensor is {arg.nbytes} bytes, the NPU "
+                f"writes {record.count * record.elem_size}; the runtime would re-chunk the "
+                "data (copy_with_layout_adjustment), which this program does not call for")
+        arg.write_memory(_result(interp, spec.index))
+
+
+@dataclass(frozen=True)
+class _NeutronIO:
+    input_formats: tuple[int, ...]
+    output_formats: tuple[int, ...]
+    input_map: tuple[int, ...]
+    output_map: tuple[int, ...]
+    num_input_args: int
+
+
+def _neutron_io(processed: bytes, model, meta) -> _NeutronIO:
+    if is_container(processed):
+        formats = meta.get("neutron_formats")
+        if formats is None:
+            raise InvalidProgramError("the Neutron delegate's payload records no format flags "
+                                      "(it was compiled for another NPU)")
+        return _NeutronIO(tuple(formats["inputs"]), tuple(formats["outputs"]),
+                          tuple(range(len(model.inputs))), tuple(range(len(model.outputs))),
+                          len(model.inputs))
+    from ..npu import neutron_payload as nxp
+
+    fields = nxp.parse(processed)
+    return _NeutronIO(fields.input_formats, fields.output_formats, fields.input_map,
+                      fields.output_map, fields.num_input_args)
+
+
+def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[DeviceTensor],
+                outputs: list[DeviceTensor]) -> None:
+    """One Neutron delegate call: flagged transposes in, NPU (LiteRT), flagged transposes out."""
+    processed = bytes(processed)
+    model, meta, interp = _graph(processed, named_data)
+    io = _neutron_io(processed, model, meta)
+    if io.num_input_args != len(inputs):
+        raise InvalidProgramError(f"the Neutron payload declares {io.num_input_args} input "
+                                  f"arguments, the program passes {len(inputs)}")
+    for i, (flag, arg_index) in enumerate(zip(io.input_formats, io.input_map)):
+        arg = inputs[arg_index]
+        order = neutron_layout(arg.sizes, arg.dim_order, flag, f"Neutron input {i}")
+        data = to_npu(arg.memory(), arg.sizes, arg.dim_order, order)
+        _feed(interp, model.inputs[arg_index].index, data, f"Neutron input {i}")
+    interp.invoke()
+    for i, (flag, out_index) in enumerate(zip(io.output_formats, io.output_map)):
+        if out_index >= len(outputs):
+            raise InvalidProgramError(f"Neutron output {i} maps to argument "
+                                      f"{io.num_input_args + out_index}, past the call's")
+        arg = outputs[out_index]
+        order = neutron_layout(arg.sizes, arg.dim_order, flag, f"Neutron output {i}")
+        result = _result(interp, model.outputs[out_index].index)
+        if result.size * result.itemsize != arg.nbytes:
+            raise InvalidProgramError(f"Neutron output {i}: the NPU writes "
+                                      f"{result.size * result.itemsize} bytes into a "
+                                      f"{arg.nbytes}-byte tensor")
+        element = torch.empty(0, dtype=arg.tensor.dtype).numpy().dtype
+        arg.write_memory(to_npu(result.view(np.uint8).view(element), arg.sizes, order,
+                                arg.dim_order))
+

@@ -274,12 +274,13 @@ def _output(value) -> torch.Tensor:
 def _materialize(pte, plan) -> Frame:
     """Build every value of `plan`: planned tensors are views into fresh memory arenas."""
     arenas = [torch.zeros(size, dtype=torch.uint8) for size in plan.non_const_buffer_sizes]
-    values, none_ids = [], set()
+    values, none_ids, dim_orders = [], set(), {}
     for index, evalue in enumerate(plan.values):
         val = evalue.val
         kind = type(val).__name__
         if kind == "Tensor":
             values.append(_tensor(val, index, pte, arenas))
+            dim_orders[index] = tuple(int(d) for d in val.dim_order)
             if val.allocation_info is None and val.data_buffer_idx == 0 and list(val.sizes) == [0]:
                 none_ids.add(index)
         elif kind in _BOXED:
@@ -290,7 +291,7 @@ def _materialize(pte, plan) -> Frame:
             values.append(_scalar(kind, getattr(val, f"{kind.lower()}_val", None)))
         else:
             raise InvalidProgramError(f"value {index} has a type the host cannot hold: {kind}")
-    return Frame(values, none_ids)
+    return Frame(values, none_ids, dim_orders)
 
 
 _BOXED = {"IntList": "int", "TensorList": "tensor", "OptionalTensorList": "optional"}

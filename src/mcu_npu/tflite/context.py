@@ -87,6 +87,7 @@ class IOSpec:
     ``perm``: the TFLite tensor is the PyTorch tensor permuted by it (the layout).
     ``quantized_outside``: True when the partition's PyTorch side is float and the caller
     quantizes (inputs) or dequantizes (outputs) with ``scale`` / ``zero_point``.
+    ``dim_order``: the dim order of the PyTorch tensor in the .pte (contiguous when None).
     """
 
     name: str
@@ -97,6 +98,7 @@ class IOSpec:
     scale: float
     zero_point: int
     quantized_outside: bool
+    dim_order: tuple[int, ...] | None = None
 
 
 def window(base: Value, offsets, shape, tflite_shape) -> tuple[list[int], list[int]]:
@@ -244,10 +246,28 @@ class Context:
             if layout.same_memory_order(value.shape, value.perm, perm):
                 self.reshape_op(src, idx, shape)
             else:
-                self.op(OP.TRANSPOSE, [src, self.int32(layout.relative(value.perm, perm))], [idx],
-                        schema.TransposeOptionsT())
+                self._transpose(src, idx, layout.permute_shape(value.shape, value.perm),
+                                layout.relative(value.perm, perm), value)
         value._layouts[perm] = idx
         return idx
+
+    def _transpose(self, src: int, dst: int, src_shape, perm, value: Value) -> None:
+        """TRANSPOSE ``src`` by ``perm`` into ``dst``, as a swap of two blocks of axes where the
+        permutation is one (NCHW -> NHWC is (N, C, HW) -> (N, HW, C)): a 3-D transpose
+        between reshapes, which Vela schedules in fewer cycles than the 4-D one."""
+        blocks = layout.block_swap(src_shape, perm)
+        if blocks is None:
+            self.op(OP.TRANSPOSE, [src, self.int32(perm)], [dst], schema.TransposeOptionsT())
+            return
+        q = dict(scale=None if value.q is None else value.q.scale,
+                 zero_point=None if value.q is None else value.q.zero_point)
+        name = self.builder.tensor(src).name
+        a = self.builder.add_tensor(f"{name}/blocks", blocks, value.dtype, **q)
+        b = self.builder.add_tensor(f"{name}/swapped", (blocks[0], blocks[2], blocks[1]),
+                                    value.dtype, **q)
+        self.reshape_op(src, a, blocks)
+        self.op(OP.TRANSPOSE, [a, self.int32((0, 2, 1))], [b], schema.TransposeOptionsT())
+        self.reshape_op(b, dst, layout.permute_shape(src_shape, perm))
 
     def _materialize(self, value: Value) -> None:
         """Emit the STRIDED_SLICE a lazy slice stands for."""

@@ -15,7 +15,8 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx import Node
 
-from ..errors import ConversionError
+from ..device_io import choose_layout
+from ..errors import ConversionError, InvalidProgramError
 from . import layout
 from .args import shape_of
 from .builder import ModelBuilder
@@ -77,7 +78,10 @@ def convert(program: ExportedProgram, target=None) -> TFLiteModel:
         conv.convert(ctx, node)
 
     (out_node,) = [n for n in graph.nodes if n.op == "output"]
-    outputs = [_convert_output(ctx, arg, i) for i, arg in enumerate(out_node.args[0])]
+    outputs = []
+    for i, arg in enumerate(out_node.args[0]):
+        builder.origin = arg.name if isinstance(arg, Node) else builder.origin
+        outputs.append(_convert_output(ctx, arg, i))
     builder.set_io([s.index for s in inputs], [s.index for s in outputs])
     return TFLiteModel(builder.finish(), tuple(inputs), tuple(outputs), tuple(builder.op_origins))
 
@@ -96,10 +100,29 @@ def _prefers_channels_last(node: Node) -> bool:
     return False
 
 
+def dim_order_of(node: Node) -> tuple[int, ...]:
+    """The dim order the .pte gives this boundary tensor (ExecuTorch reads it off strides)."""
+    from executorch.exir.tensor import dim_order_from_stride
+
+    return tuple(int(d) for d in dim_order_from_stride(node.meta["val"].stride()))
+
+
+def _boundary_layout(ctx: Context, node: Node, shape, preferred) -> tuple[int, ...]:
+    """The layout the target's runtime hands the NPU for boundary tensor ``node``."""
+    if ctx.target is None:
+        return preferred
+    try:
+        return choose_layout(ctx.target.npu.kind, shape, dim_order_of(node), preferred,
+                             node.name)
+    except InvalidProgramError as exc:
+        raise ConversionError(str(exc)) from None
+
+
 def _convert_input(ctx: Context, node: Node) -> IOSpec:
     shape = shape_of(node)
-    perm = layout.channels_last(len(shape)) if _prefers_channels_last(node) else \
+    preferred = layout.channels_last(len(shape)) if _prefers_channels_last(node) else \
         layout.identity(len(shape))
+    perm = _boundary_layout(ctx, node, shape, preferred)
     is_float = node.meta["val"].dtype.is_floating_point
     readers = [u for u in node.users if _is(u, QUANTIZE if is_float else DEQUANTIZE)]
     if not readers or len(readers) != len(node.users):
@@ -112,7 +135,7 @@ def _convert_input(ctx: Context, node: Node) -> IOSpec:
             if not ctx.qparams(r).same_as(q):
                 raise ConversionError(f"input {node.name} is quantized in two different ways")
             ctx.values[r] = value
-    return _io_spec(node.name, value, is_float)
+    return _io_spec(node.name, value, is_float, dim_order=dim_order_of(node))
 
 
 def _convert_output(ctx: Context, arg, i: int) -> IOSpec:
@@ -121,14 +144,18 @@ def _convert_output(ctx: Context, arg, i: int) -> IOSpec:
     value = ctx.value(arg)
     if value.is_const or value.q is None:
         raise ConversionError(f"output {i} ({arg.name}) is not a quantized activation")
-    return _io_spec(arg.name, value, _is(arg, DEQUANTIZE))
+    perm = _boundary_layout(ctx, arg, value.shape, value.perm)
+    return _io_spec(arg.name, value, _is(arg, DEQUANTIZE), ctx.tensor(value, perm), perm,
+                    dim_order_of(arg))
 
 
-def _io_spec(name: str, value: Value, outside: bool) -> IOSpec:
+def _io_spec(name: str, value: Value, outside: bool, index: int | None = None,
+             perm=None, dim_order=None) -> IOSpec:
     return IOSpec(
-        name=name, index=value.tensor, shape=value.shape, perm=value.perm,
+        name=name, index=value.tensor if index is None else index, shape=value.shape,
+        perm=value.perm if perm is None else tuple(perm),
         dtype=str(value.dtype), scale=value.q.scale[0], zero_point=value.q.zero_point[0],
-        quantized_outside=outside,
+        quantized_outside=outside, dim_order=dim_order,
     )
 
 

@@ -7,6 +7,10 @@ memory really has to move.
 
 from __future__ import annotations
 
+import math
+
+from ..device_io import same_memory_order  # noqa: F401  (one definition, shared with the runtime)
+
 Perm = tuple[int, ...]
 
 
@@ -37,14 +41,6 @@ def relative(src: Perm, dst: Perm) -> Perm:
     return tuple(src.index(d) for d in dst)
 
 
-def same_memory_order(shape, src: Perm, dst: Perm) -> bool:
-    """True when layouts ``src`` and ``dst`` differ only in where size-1 axes sit.
-
-    Then a RESHAPE (which never moves data) turns one into the other.
-    """
-    return [d for d in src if shape[d] != 1] == [d for d in dst if shape[d] != 1]
-
-
 def reshape_layout(in_shape, in_perm: Perm, out_shape) -> Perm | None:
     """A layout for a reshape's output that keeps the input's memory order, if one exists.
 
@@ -67,3 +63,18 @@ def reshape_layout(in_shape, in_perm: Perm, out_shape) -> Perm | None:
             return cand
     ones = [i for i, d in enumerate(out_shape) if d == 1]
     return tuple(ones + memory)
+
+
+def block_swap(shape, perm: Perm) -> tuple[int, int, int] | None:
+    """``(outer, A, B)`` when transposing ``shape`` by ``perm`` only swaps two adjacent blocks
+    of axes after leading ones kept in place, i.e. it is a (outer, A, B) -> (outer, B, A)
+    transpose; None otherwise (or when nothing moves)."""
+    rank = len(perm)
+    lead = 0
+    while lead < rank and perm[lead] == lead:
+        lead += 1
+    for cut in range(lead + 1, rank):
+        if perm == (*range(lead), *range(cut, rank), *range(lead, cut)):
+            size = lambda axes: math.prod(int(shape[d]) for d in axes)  # noqa: E731
+            return (size(range(lead)), size(range(lead, cut)), size(range(cut, rank)))
+    return None

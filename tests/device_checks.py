@@ -1,0 +1,97 @@
+"""Checks that a .pte's delegate I/O is what the device runtimes hand the NPU: the payload's
+own I/O records (Vela's 6-D shapes, Neutron's format flags) read beside the .pte's tensors."""
+
+from __future__ import annotations
+
+from mcu_npu.backend import host_graph_key
+from mcu_npu.device_io import neutron_layout
+from mcu_npu.npu import ethosu_payload as bin_stream
+from mcu_npu.npu import neutron_payload as nxp
+from mcu_npu.payload import is_container, unpack_reference
+from mcu_npu.runtime.delegates import output_counts
+from mcu_npu.runtime.pte import load
+
+
+def delegate_io(buffer: bytes):
+    """Per delegate call: (processed bytes, inputs, outputs), each tensor as (sizes, dim order,
+    dtype code), read from the .pte as a device runtime would."""
+    program = load(buffer)
+    plan = program._pte.program.execution_plan[0]
+    counts = output_counts(plan)
+    calls = []
+    for c, chain in enumerate(plan.chains):
+        for pc, instruction in enumerate(chain.instructions):
+            call = instruction.instr_args
+            if type(call).__name__ != "DelegateCall":
+                continue
+            delegate = plan.delegates[call.delegate_index]
+            processed = bytes(program._pte.program.backend_delegate_data[
+                delegate.processed.index].data)
+            tensors = [plan.values[i].val for i in call.args]
+            described = [(tuple(t.sizes), tuple(t.dim_order), int(t.scalar_type))
+                         for t in tensors]
+            split = len(described) - counts[c, pc]
+            calls.append((processed, described[:split], described[split:], program.named_data))
+    return calls
+
+
+def memory_shape(sizes, order) -> list[int]:
+    """The tensor's sizes in memory order, size-1 dims left out."""
+    return [sizes[d] for d in order if sizes[d] != 1]
+
+
+def merges_of(dims: list[int], target: list[int]) -> bool:
+    """True when ``target`` is ``dims`` with runs of adjacent dims merged (so a row-major walk
+    of either visits the same elements in the same order)."""
+    at = 0
+    for want in target:
+        size = 1
+        while size < want and at < len(dims):
+            size *= dims[at]
+            at += 1
+        if size != want:
+            return False
+    return at == len(dims)
+
+
+def assert_ethos_u_io_matches(buffer: bytes) -> None:
+    """Each delegate tensor's memory order is Vela's I/O shape (which Vela may write with
+    adjacent dims merged, when it folds a reshape into the I/O): the runtime copies bytes."""
+    calls = delegate_io(buffer)
+    assert calls, "the program has no Ethos-U delegate"
+    for processed, inputs, outputs, _ in calls:
+        stream = bin_stream.parse(processed)
+        assert (len(stream.inputs), len(stream.outputs)) == (len(inputs), len(outputs))
+        for (sizes, order, dtype), io in zip(inputs + outputs, stream.inputs + stream.outputs):
+            assert dtype == 1 and io.elem_size == 1, "Ethos-U delegate I/O must be int8"
+            assert merges_of(memory_shape(sizes, order), [d for d in io.shape if d != 1]), (
+                f"the .pte tensor {sizes} with dim order {order} is copied as it lies into a "
+                f"Vela tensor of shape {io.shape}")
+
+
+def neutron_host_graph(processed: bytes, named_data):
+    payload = processed if is_container(processed) else named_data[host_graph_key(processed)]
+    model, meta = unpack_reference(payload)
+    if is_container(processed):
+        return model, meta["neutron_formats"]["inputs"], meta["neutron_formats"]["outputs"], \
+            range(len(model.inputs)), range(len(model.outputs))
+    fields = nxp.parse(processed)
+    return model, fields.input_formats, fields.output_formats, fields.input_map, \
+        fields.output_map
+
+
+def assert_neutron_io_matches(buffer: bytes) -> None:
+    """What the Neutron runtime hands the NPU under each flag is the partition graph's layout."""
+    calls = delegate_io(buffer)
+    assert calls, "the program has no Neutron delegate"
+    for processed, inputs, outputs, named in calls:
+        model, in_fmt, out_fmt, in_map, out_map = neutron_host_graph(processed, named)
+        for args, specs, formats, order_map in ((inputs, model.inputs, in_fmt, in_map),
+                                                (outputs, model.outputs, out_fmt, out_map)):
+            for flag, k in zip(formats, order_map):
+                sizes, order, _ = args[k]
+                delivered = neutron_layout(sizes, order, flag)
+                graph_layout = specs[k].perm
+                assert memory_shape(sizes, delivered) == memory_shape(sizes, graph_layout), (
+                    f"flag {flag} hands the NPU {sizes} in order {delivered}; the graph "
+                    f"expects {graph_layout}")
