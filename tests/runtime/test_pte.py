@@ -239,6 +239,30 @@ def test_quantized_decomposed_out_variant():
     assert out.tolist() == [3, 6, -7, 127]
 
 
+def test_quantize_into_a_channels_last_tensor_keeps_the_values():
+    """Planned memory in channels-last dim order, as a channels_last program input gives it:
+    the result's values land in that memory in its order (ExecuTorch's AOT kernel alone would
+    re-stride the out tensor and mix the values up)."""
+    x = torch.randn(1, 4, 3, 2)
+    physical = torch.zeros(1, 3, 2, 4, dtype=torch.int8)
+    out = physical.permute(0, 3, 1, 2)  # a (1, 4, 3, 2) view laid out as (0, 2, 3, 1)
+    values = [x.to(memory_format=torch.channels_last), 0.1, 0, -128, 127, 1, out]
+    frame = Frame(values, set(), {0: (0, 2, 3, 1), 6: (0, 2, 3, 1)})
+    resolve("quantized_decomposed::quantize_per_tensor", "out")(frame, list(range(7)) + [6])
+    expected = torch.clamp(torch.round(x / 0.1), -128, 127).to(torch.int8)
+    assert torch.equal(out, expected) and torch.equal(physical, expected.permute(0, 2, 3, 1))
+
+
+def test_quantize_between_different_dim_orders_is_refused():
+    """The device kernel walks input and output memory in step: with different dim orders
+    the board would write a permuted result, so the host refuses the program."""
+    x = torch.randn(1, 4, 3, 2).to(memory_format=torch.channels_last)
+    frame = Frame([x, 0.1, 0, -128, 127, 1, torch.empty(1, 4, 3, 2, dtype=torch.int8)], set(),
+                  {0: (0, 2, 3, 1), 6: (0, 1, 2, 3)})
+    with pytest.raises(InvalidProgramError, match="walks memory linearly"):
+        resolve("quantized_decomposed::quantize_per_tensor", "out")(frame, list(range(7)) + [6])
+
+
 def test_dim_order_copy_out_variant():
     x = torch.randn(2, 3)
     out = _run_kernel("dim_order_ops::_to_dim_order_copy", "out",
