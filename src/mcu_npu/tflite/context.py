@@ -252,10 +252,11 @@ class Context:
         return idx
 
     def _transpose(self, src: int, dst: int, src_shape, perm, value: Value) -> None:
-        """TRANSPOSE ``src`` by ``perm`` into ``dst``, as a swap of two blocks of axes where the
-        permutation is one (NCHW -> NHWC is (N, C, HW) -> (N, HW, C)): a 3-D transpose
-        between reshapes, which Vela schedules in fewer cycles than the 4-D one."""
-        blocks = layout.block_swap(src_shape, perm)
+        """TRANSPOSE ``src`` by ``perm`` into ``dst``; on NPUs whose compiler schedules it
+        faster (``transpose_as_block_swap``), a permutation that swaps two blocks of axes
+        (NCHW -> NHWC is (N, C, HW) -> (N, HW, C)) becomes a 3-D transpose between reshapes."""
+        swap = self.target is not None and self.target.npu.transpose_as_block_swap
+        blocks = layout.block_swap(src_shape, perm) if swap else None
         if blocks is None:
             self.op(OP.TRANSPOSE, [src, self.int32(perm)], [dst], schema.TransposeOptionsT())
             return
