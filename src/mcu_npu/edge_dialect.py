@@ -38,6 +38,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.traceback import NodeSource
 from torch.utils import _pytree as pytree
 
+from .fx_schema import bind
 from .passes.aten._recurrent import fake_value
 
 aten = torch.ops.aten
@@ -163,9 +164,9 @@ def _vals(node: Node) -> list:
 
 def _scalar_for_tensor(node: Node) -> str | None:
     """ScalarToTensorPass would turn a Python scalar passed as a Tensor argument into a constant."""
-    schema = node.target._schema
-    for i, arg in enumerate(schema.arguments):
-        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+    bound = vars(bind(node))
+    for arg in node.target._schema.arguments:
+        value = bound[arg.name]
         if isinstance(value, (bool, int, float)) and isinstance(arg.type, torch.TensorType):
             return f"{node.name} passes the scalar {value!r} as tensor argument {arg.name}"
     return None

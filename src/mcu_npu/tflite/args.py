@@ -1,26 +1,10 @@
-"""Bind a node's args and kwargs to its schema once, so converters read ``a.stride``."""
+"""Argument helpers of the converters: the schema binder, static shapes, pairs."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from torch.fx import Node
 
-
-def bind(node: Node) -> SimpleNamespace:
-    """Arguments of ``node`` by schema name, with the schema's defaults filled in."""
-    schema = node.target._schema
-    values = {}
-    for i, arg in enumerate(schema.arguments):
-        if i < len(node.args) and not arg.kwarg_only:
-            values[arg.name] = node.args[i]
-        elif arg.name in node.kwargs:
-            values[arg.name] = node.kwargs[arg.name]
-        elif arg.has_default_value():
-            values[arg.name] = arg.default_value
-        else:
-            values[arg.name] = None
-    return SimpleNamespace(**values)
+from ..fx_schema import bind  # noqa: F401  (the converters' binder)
 
 
 def shape_of(node: Node) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
 from mcu_npu.errors import UnsupportedModelError
+from mcu_npu.fx_schema import bind
 
 aten = torch.ops.aten
 
@@ -41,20 +42,6 @@ PROJ_SIZE_MESSAGE = (
     "(add an nn.Linear after it if a smaller output is needed) and retrain, "
     "or leave the model's aten.lstm to a backend that runs it as is."
 )
-
-
-def _bind(node: Node) -> dict:
-    """Name every argument of an OpOverload call node from its schema (positional or keyword)."""
-    schema = node.target._schema
-    bound = {}
-    for i, arg in enumerate(schema.arguments):
-        if i < len(node.args):
-            bound[arg.name] = node.args[i]
-        elif arg.name in node.kwargs:
-            bound[arg.name] = node.kwargs[arg.name]
-        else:
-            bound[arg.name] = arg.default_value
-    return bound
 
 
 def static_shape(node: Node, gm: GraphModule | None = None) -> tuple[int, ...]:
@@ -89,7 +76,7 @@ class RecurrentCall:
 
     @classmethod
     def from_node(cls, node: Node) -> "RecurrentCall":
-        a = _bind(node)
+        a = vars(bind(node))
         hx = a["hx"]
         call = cls(
             node=node, input=a["input"], hx=tuple(hx) if isinstance(hx, (list, tuple)) else (hx,),
