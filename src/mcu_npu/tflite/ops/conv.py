@@ -10,6 +10,7 @@ other padding is an explicit PAD with the input's zero point before a VALID conv
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -47,9 +48,9 @@ def transposed_supported(node: Node, target=None) -> bool:
 
 def neutron_weight_volume(node: Node, target=None) -> bool:
     """kernel height * width * ceil(in_channels, num_macs) must be at most the NPU's limit"""
-    if target is None or target.npu.kind != "neutron":
+    lim = target.npu.limits if target is not None else None
+    if lim is None:
         return True
-    lim = target.npu.limits
     w = node.args[1].meta["val"].shape
     kernel = math.prod(w[2:])
     in_ch = w[1] if not bind(node).transposed else w[0]
@@ -58,7 +59,7 @@ def neutron_weight_volume(node: Node, target=None) -> bool:
 
 def neutron_kernel_limits(node: Node, target=None) -> bool:
     """kernel size, stride and dilation must each be at most 4096"""
-    if target is None or target.npu.kind != "neutron":
+    if target is None or target.npu.limits is None:
         return True
     a = bind(node)
     lim = target.npu.limits.max_kernel_stride_dilation
@@ -130,8 +131,11 @@ def convert_convolution(ctx: Context, node: Node) -> None:
     else:
         x_tensor, padding = _pad_input(ctx, node, x_tensor, x, in_shape, w4.shape, stride, pad, dil,
                                        out4)
-        _conv(ctx, node, x_tensor, x.q, in_shape[1], w4, a, out, stride, dil, padding,
-              fused if residual is None else schema.ActivationFunctionType.NONE)
+        _conv(ctx, ConvCall(
+            node=node, x_tensor=x_tensor, x_q=x.q, in_channels=in_shape[1], weight=w4,
+            bias=a.bias, groups=a.groups, out=out, stride=stride, dilation=dil,
+            padding=padding,
+            fused=fused if residual is None else schema.ActivationFunctionType.NONE))
     if residual is not None:
         clamped = ctx.new_value(out_node.name + "/clamp", out4, out_q, NHWC)
         emit_clamp(ctx, out.tensor, clamped, *residual)
@@ -162,46 +166,67 @@ def _pad_input(ctx, node, x_tensor, x, in_shape, w_shape, stride, pad, dil, out4
     return dst, schema.Padding.VALID
 
 
-def _conv(ctx, node, x_tensor, x_q, in_ch, w4: Value, a, out: Value, stride, dil, padding, fused):
-    groups = a.groups
-    out_ch = w4.shape[0]
-    if groups == 1:
-        _conv2d(ctx, x_tensor, x_q, w4, a.bias, out.tensor, stride, dil, padding, fused)
-    elif groups == in_ch and w4.shape[1] == 1:
+@dataclass(frozen=True, kw_only=True)
+class ConvCall:
+    """One 2-D convolution to emit: its NHWC input tensor, weights (OIHW), bias argument,
+    output value and options."""
+
+    node: Node
+    x_tensor: int
+    x_q: QParams
+    in_channels: int
+    weight: Value
+    bias: Node | None
+    groups: int
+    out: Value
+    stride: list[int]
+    dilation: list[int]
+    padding: int
+    fused: int
+
+
+def _conv(ctx: Context, call: ConvCall) -> None:
+    w4, out_ch = call.weight, call.weight.shape[0]
+    if call.groups == 1:
+        _conv2d(ctx, call, call.x_tensor, w4, call.out.tensor,
+                _bias(ctx, call.bias, call.x_q, w4.q, out_ch))
+    elif call.groups == call.in_channels and w4.shape[1] == 1:
         opts = schema.DepthwiseConv2DOptionsT()
-        opts.padding, opts.strideH, opts.strideW = padding, stride[0], stride[1]
-        opts.dilationHFactor, opts.dilationWFactor = dil[0], dil[1]
-        opts.depthMultiplier = out_ch // in_ch
-        opts.fusedActivationFunction = fused
+        opts.padding, opts.strideH, opts.strideW = call.padding, *call.stride
+        opts.dilationHFactor, opts.dilationWFactor = call.dilation
+        opts.depthMultiplier = out_ch // call.in_channels
+        opts.fusedActivationFunction = call.fused
         wt = ctx.tensor(w4, (1, 2, 3, 0))  # [O, 1, kH, kW] -> [1, kH, kW, O]
-        bias = ctx.tensor(_bias(ctx, a.bias, x_q, w4.q, out_ch))
-        ctx.op(OP.DEPTHWISE_CONV_2D, [x_tensor, wt, bias], [out.tensor], opts)
+        bias = ctx.tensor(_bias(ctx, call.bias, call.x_q, w4.q, out_ch))
+        ctx.op(OP.DEPTHWISE_CONV_2D, [call.x_tensor, wt, bias], [call.out.tensor], opts)
     else:  # grouped: split the channels, one conv per group, concatenate
-        _grouped(ctx, node, x_tensor, x_q, in_ch, w4, a, out, stride, dil, padding, fused)
+        _grouped(ctx, call)
 
 
-def _conv2d(ctx, x_tensor, x_q, w4: Value, bias_arg, out_tensor, stride, dil, padding, fused,
-            bias: Value | None = None):
+def _conv2d(ctx: Context, call: ConvCall, x_tensor: int, w4: Value, out_tensor: int,
+            bias: Value) -> None:
+    """CONV_2D of ``x_tensor`` with weights ``w4`` and ``bias`` into ``out_tensor``, with the
+    options of ``call``."""
     opts = schema.Conv2DOptionsT()
-    opts.padding, opts.strideH, opts.strideW = padding, stride[0], stride[1]
-    opts.dilationHFactor, opts.dilationWFactor = dil[0], dil[1]
-    opts.fusedActivationFunction = fused
+    opts.padding, opts.strideH, opts.strideW = call.padding, *call.stride
+    opts.dilationHFactor, opts.dilationWFactor = call.dilation
+    opts.fusedActivationFunction = call.fused
     wt = ctx.tensor(w4, NHWC)  # OIHW -> OHWI
-    bias = bias or _bias(ctx, bias_arg, x_q, w4.q, w4.shape[0])
     ctx.op(OP.CONV_2D, [x_tensor, wt, ctx.tensor(bias)], [out_tensor], opts)
 
 
-def _grouped(ctx, node, x_tensor, x_q, in_ch, w4, a, out, stride, dil, padding, fused):
-    g = a.groups
-    in_g, out_g = in_ch // g, w4.shape[0] // g
-    x_shape = ctx.builder.tensor(x_tensor).shape
+def _grouped(ctx: Context, call: ConvCall) -> None:
+    g, w4, out, x_q = call.groups, call.weight, call.out, call.x_q
+    in_g, out_g = call.in_channels // g, w4.shape[0] // g
+    x_shape = ctx.builder.tensor(call.x_tensor).shape
     out_shape = ctx.builder.tensor(out.tensor).shape
-    pieces = [ctx.builder.add_tensor(f"{node.name}/in{i}", [*x_shape[:3], in_g], x_q.dtype,
+    name = call.node.name
+    pieces = [ctx.builder.add_tensor(f"{name}/in{i}", [*x_shape[:3], in_g], x_q.dtype,
                                      scale=x_q.scale, zero_point=x_q.zero_point) for i in range(g)]
     opts = schema.SplitOptionsT()
     opts.numSplits = g
-    ctx.op(OP.SPLIT, [ctx.int32(3), x_tensor], pieces, opts)
-    full_bias = _bias(ctx, a.bias, x_q, w4.q, w4.shape[0])
+    ctx.op(OP.SPLIT, [ctx.int32(3), call.x_tensor], pieces, opts)
+    full_bias = _bias(ctx, call.bias, x_q, w4.q, w4.shape[0])
     outs = []
     for i in range(g):
         lo, hi = i * out_g, (i + 1) * out_g
@@ -209,9 +234,9 @@ def _grouped(ctx, node, x_tensor, x_q, in_ch, w4, a, out, stride, dil, padding, 
                    data=w4.data[lo:hi])
         bi = Value((out_g,), full_bias.dtype, _slice_q(full_bias.q, lo, hi), (0,),
                    data=full_bias.data[lo:hi])
-        oi = ctx.builder.add_tensor(f"{node.name}/out{i}", [*out_shape[:3], out_g], out.q.dtype,
+        oi = ctx.builder.add_tensor(f"{name}/out{i}", [*out_shape[:3], out_g], out.q.dtype,
                                     scale=out.q.scale, zero_point=out.q.zero_point)
-        _conv2d(ctx, pieces[i], x_q, wi, None, oi, stride, dil, padding, fused, bias=bi)
+        _conv2d(ctx, call, pieces[i], wi, oi, bi)
         outs.append(oi)
     copts = schema.ConcatenationOptionsT()
     copts.axis = 3
