@@ -3,11 +3,10 @@ own I/O records (Vela's 6-D shapes, Neutron's format flags) read beside the .pte
 
 from __future__ import annotations
 
-from mcu_npu.backend import host_graph_key
 from mcu_npu.device_io import neutron_layout
 from mcu_npu.npu import ethosu_payload as bin_stream
 from mcu_npu.npu import neutron_payload as nxp
-from mcu_npu.payload import is_container, unpack_reference
+from mcu_npu.payload import host_graph_key, is_container, unpack_reference
 from mcu_npu.runtime.delegates import output_counts
 from mcu_npu.runtime.pte import load
 

@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from mcu_npu.metrics import sqnr_db  # noqa: F401  (re-exported for tests)
-from mcu_npu.pipeline import quantized_edge
+from mcu_npu.pipeline import export_module, to_edge_program
+from mcu_npu.quantization import NeutronQuantizer, quantize
 from mcu_npu.runtime.litert import run_model
 from mcu_npu.tflite import convert
 
@@ -20,6 +21,15 @@ def calibration_set(example_inputs, n=8, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [tuple(torch.randn(x.shape, generator=g) * 1.0 for x in example_inputs)
             for _ in range(n)]
+
+
+def quantized_edge(model, example_inputs, calibration=None, quantizer=None):
+    """(quantized reference module, its Edge program) for ``model`` (a module or an exported
+    GraphModule): export -> quantize (NPU rules) -> Edge."""
+    if not isinstance(model, torch.fx.GraphModule):
+        model = export_module(model, example_inputs)
+    reference = quantize(model, example_inputs, calibration, quantizer or NeutronQuantizer())
+    return reference, to_edge_program(reference, example_inputs)
 
 
 def convert_module(module, example_inputs, calibration=None):

@@ -12,6 +12,7 @@ import mcu_npu
 from helpers import calibration_set, reference_output_steps
 from mcu_npu.compile_spec import NpuCompileSpec
 from mcu_npu.metrics import sqnr_db
+from mcu_npu.report import Kernel, OpPlacement
 
 
 class FloorBetweenConvs(nn.Module):
@@ -41,9 +42,11 @@ def test_cpu_op_splits_the_npu_into_two_partitions(floor_program):
     ops = {o.op: o for o in prog.report.ops}
     assert prog.report.summary["partitions"] == 2
     assert ops["aten.floor"].placement == "portable float kernel"  # no Cortex-M kernel either
+    assert ops["aten.floor"].kernel is Kernel.PORTABLE
     assert "no NPU conversion" in ops["aten.floor"].reason
     convs = [o for o in prog.report.ops if o.op == "aten.convolution"]
     assert {o.placement for o in convs} == {"NPU partition 0", "NPU partition 1"}
+    assert all(o.kernel is Kernel.NPU for o in convs)
     assert "aten.floor" in str(prog.report) and "no NPU conversion" in str(prog.report)
     # correct results: the host run matches the quantized reference within one output step
     step = reference_output_steps(prog.reference)[0]
@@ -56,6 +59,8 @@ def test_saved_program_reloads_bit_identical_with_its_report(floor_program, tmp_
     loaded = mcu_npu.load(path)
     assert torch.equal(loaded.run(x)[0], prog.run(x)[0])
     assert [o.placement for o in loaded.report.ops] == [o.placement for o in prog.report.ops]
+    assert [o.kernel for o in loaded.report.ops] == [o.kernel for o in prog.report.ops]
+    assert all(isinstance(o.kernel, Kernel) for o in loaded.report.ops)
     assert loaded.report.summary["ops_on_npu"] == prog.report.summary["ops_on_npu"]
 
 
@@ -68,6 +73,14 @@ def test_summary_has_the_documented_fields(floor_program):
     assert s["ops_on_npu"] + s["ops_on_cpu"] == s["ops_total"]
     assert s["macs"] == 10 * 10 * (8 * 3 * 9 + 6 * 8 * 9)
     assert json.loads(floor_program[2].report.to_json())["summary"]["ops_total"] == s["ops_total"]
+
+
+def test_report_json_holds_kernel_values():
+    op = OpPlacement("n", "aten.floor", "portable float kernel", "portable")
+    assert op.kernel is Kernel.PORTABLE
+    assert json.loads(json.dumps({"kernel": op.kernel})) == {"kernel": "portable"}
+    with pytest.raises(ValueError):
+        OpPlacement("n", "aten.floor", "somewhere", "gpu")
 
 
 def test_operators_not_to_delegate_keeps_the_op_on_the_cpu():

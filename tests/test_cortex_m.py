@@ -12,6 +12,7 @@ from torch import nn
 
 import mcu_npu
 from helpers import calibration_set, reference_output_steps, sqnr_db
+from mcu_npu.report import Kernel
 
 
 def _compile(model, shape, excluded=(), seed=0):
@@ -74,11 +75,11 @@ def test_rejected_ops_run_as_cortex_m_kernels(mixed):
     ops, s = _ops(prog), prog.report.summary
     assert s["partitions"] == 2
     for op in ("aten.gelu", "aten._softmax", "aten.linear"):
-        assert ops[op].kernel == "cortex-m" and ops[op].placement == "Cortex-M int8 kernel"
+        assert ops[op].kernel is Kernel.CORTEX_M and ops[op].placement == "Cortex-M int8 kernel"
     assert "no NPU conversion for aten.gelu" in ops["aten.gelu"].reason
     assert "2040 channels" in ops["aten._softmax"].reason
     assert "operators_not_to_delegate" in ops["aten.linear"].reason
-    assert ops["aten.convolution"].kernel == "npu"
+    assert ops["aten.convolution"].kernel is Kernel.NPU
     _assert_within_contract(prog, cal)
 
 
@@ -87,8 +88,8 @@ def test_cortex_m_rules_only(mixed):
     s = prog.report.summary
     assert s["partitions"] == 0 and s["ops_on_npu"] == 0
     kernels = {o.op: o.kernel for o in prog.report.ops}
-    assert set(kernels.values()) <= {"cortex-m", "portable"}
-    assert all(k == "cortex-m" for op, k in kernels.items() if op != "aten.view_copy")
+    assert set(kernels.values()) <= {Kernel.CORTEX_M, Kernel.PORTABLE}
+    assert all(k is Kernel.CORTEX_M for op, k in kernels.items() if op != "aten.view_copy")
     _assert_within_contract(prog, cal)
 
 
@@ -137,7 +138,7 @@ def test_boundary_layouts(mode, excluded):
     torch.manual_seed(1)
     prog, cal = _compile(Boundary(mode), (1, 3, 9, 6), excluded=list(excluded), seed=1)
     kernels = {o.kernel for o in prog.report.ops}
-    assert "npu" in kernels and "cortex-m" in kernels, prog.report
+    assert Kernel.NPU in kernels and Kernel.CORTEX_M in kernels, prog.report
     _assert_matches_reference(prog, cal)
 
 

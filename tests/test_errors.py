@@ -1,5 +1,7 @@
 """Each user error gets one clear message: in the API as a typed exception, in the CLI as one
-line on stderr with exit status 2 and no partial output file."""
+line on stderr with exit status 2 and no partial output file. A failure inside ExecuTorch or
+torch during ``compile`` is an ``McuNpuError`` too, naming the stage, the node and op, with
+the original exception chained and a line saying what to do."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import torch
 import torch.nn as nn
 
 import mcu_npu
-from mcu_npu.errors import ConfigError, InputError, InvalidProgramError, UnsupportedModelError
+from mcu_npu.errors import (ConfigError, InputError, InvalidProgramError, McuNpuError,
+                            NpuCompilerError, UnsupportedModelError, stage)
 
 MODEL_FILE = '''
 import torch, torch.nn as nn
@@ -30,6 +33,10 @@ def small():
 
 def branchy():
     return Branchy(), (torch.randn(1, 4),)
+
+def conv1d_no_batch():
+    torch.manual_seed(0)
+    return nn.Conv1d(3, 4, 3).eval(), (torch.randn(3, 16),)
 '''
 
 
@@ -92,6 +99,140 @@ def test_run_with_wrong_shape_or_dtype(small_pte):
         prog.run(torch.zeros(1, 1, 6, 6, dtype=torch.int32))
 
 
+def test_calibration_sample_that_is_not_an_array():
+    with pytest.raises(ConfigError, match="calibration sample 0, input 0 is not a tensor"):
+        mcu_npu.compile(nn.Linear(2, 2), (torch.randn(1, 2),), calibration=[("text",)])
+
+
+# --- failures inside ExecuTorch / torch ---------------------------------------------------
+class Where(nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, x, x * 2)
+
+
+def _chain(exc):
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__
+
+
+def test_cortex_m_lowering_failure_names_stage_node_and_op():
+    """A conv1d on an input without batch dimension stays on the CPU, and ExecuTorch's
+    Cortex-M explicit-layout lowering refuses it (ValidateCortexMExplicitLayoutPass)."""
+    x = torch.randn(3, 16)
+    with pytest.raises(UnsupportedModelError) as info:
+        mcu_npu.compile(nn.Conv1d(3, 4, 3).eval(), (x,), target="imxrt700", calibration=[(x,)],
+                        npu_compiler="reference")
+    err = info.value
+    first, todo = str(err).splitlines()
+    assert first.startswith("lowering to the Cortex-M kernels failed at node 'conv1d' "
+                            "(aten.convolution): RuntimeError: Cortex-M explicit layout"), first
+    assert "schema" not in first  # ExecuTorch's op schema shortened to the op's name
+    assert todo.startswith("To work around it: aten.convolution stays on the CPU")
+    assert (err.stage, err.node, err.op) == \
+        ("lowering to the Cortex-M kernels", "conv1d", "aten.convolution")
+    assert err.__cause__ is not None and not isinstance(err.__cause__, McuNpuError)
+    assert any(type(e) is RuntimeError and "NHWC-eligible" in str(e) for e in _chain(err))
+
+
+def test_quantization_failure_names_stage_node_and_op_and_the_way_out():
+    """torchao's prepare recurses without end on the shared specs the composed quantizer
+    gives a where whose inputs are on the CPU; keeping the op named off the NPU avoids it."""
+    x = torch.randn(2, 8)
+    with pytest.raises(UnsupportedModelError) as info:
+        mcu_npu.compile(Where(), (x,), calibration=[(x,)], npu_compiler="reference")
+    err = info.value
+    assert str(err).startswith(
+        "quantizing for the NPU and the Cortex-M kernels failed at node 'mul' (aten.mul.Tensor): "
+        "RecursionError"), str(err)
+    assert "operators_not_to_delegate=['aten.mul.Tensor']" in str(err).splitlines()[1]
+    assert isinstance(err.__cause__, RecursionError)
+    prog = mcu_npu.compile(Where(), (x,), calibration=[(x,)], npu_compiler="reference",
+                           operators_not_to_delegate=[err.op])
+    assert torch.allclose(prog.run(x)[0], Where()(x), atol=0.1)
+
+
+def test_edge_conversion_failure_names_the_quantize_node():
+    """float64 inputs: torch's quantize_per_tensor refuses them when the quantized model is
+    re-traced for the Edge dialect."""
+    x = torch.randn(2, 8, dtype=torch.float64)
+    with pytest.raises(UnsupportedModelError,
+                       match=r"^converting the quantized model to the Edge dialect failed at node "
+                             r"'quantize_per_tensor_default' \(quantized_decomposed"
+                             r"\.quantize_per_tensor\): AssertionError: Expecting input to have "
+                             r"dtype torch.float32") as info:
+        mcu_npu.compile(nn.Linear(8, 4).double().eval(), (x,), calibration=[(x,)],
+                        npu_compiler="reference")
+    assert isinstance(info.value.__cause__, AssertionError)
+
+
+def test_failure_in_train_fn_is_named_as_such():
+    def train_fn(gm):
+        raise ValueError("optimizer diverged")
+
+    x = torch.randn(1, 4)
+    with pytest.raises(UnsupportedModelError, match=r"^quantization-aware training failed: "
+                       r"ValueError: optimizer diverged\nTo work around it: the exception came "
+                       r"from train_fn") as info:
+        mcu_npu.compile(nn.Linear(4, 2), (x,), calibration=[(x,)], train_fn=train_fn,
+                        npu_compiler="reference")
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_stage_passes_mcu_npu_errors_and_wraps_the_rest():
+    original = NpuCompilerError("Vela failed", tool="vela")
+    with pytest.raises(NpuCompilerError) as info:
+        with stage("delegating to the NPU"):
+            raise original
+    assert info.value is original
+    with pytest.raises(UnsupportedModelError, match=r"^serializing failed: KeyError: 'x'\n"
+                       r"To work around it: report it") as info:
+        with stage("serializing"):
+            {}["x"]
+    assert isinstance(info.value.__cause__, KeyError)
+    with pytest.raises(ConfigError, match="^reading failed: ValueError\nTo work around it: report"):
+        with stage("reading", error=ConfigError):
+            raise ValueError()
+
+
+def test_stage_finds_the_node_torch_fx_was_running():
+    class Project(nn.Module):
+        def forward(self, x):
+            return torch.relu(x) @ torch.ones(4, 5)
+
+    gm = torch.export.export(Project(), (torch.randn(2, 4),)).module(check_guards=False)
+    with pytest.raises(UnsupportedModelError) as info:  # the interpreter's note names it
+        with stage("running the graph"):
+            torch.fx.Interpreter(gm).run(torch.randn(2, 3))
+    assert (info.value.node, info.value.op) == ("matmul", "aten.matmul")
+
+    def visit(graph):
+        for node in graph.nodes:
+            if node.op == "call_function" and node.target == torch.ops.aten.relu.default:
+                raise TypeError("no rule for relu")
+
+    with pytest.raises(UnsupportedModelError, match=r"^checking failed at node 'relu' "
+                       r"\(aten.relu\): TypeError: no rule for relu\n.*keep aten.relu off") as info:
+        with stage("checking", lambda op: f"keep {op} off the NPU"):
+            visit(gm.graph)  # the innermost frame holding a ``node`` names it
+
+
+def test_fold_select_of_cat_leaves_an_index_outside_the_cat():
+    from mcu_npu.passes.aten import FoldSelectOfCat
+
+    class LastOfTwo(nn.Module):
+        def forward(self, a, b):
+            return torch.cat([a.unsqueeze(1), b.unsqueeze(1)], 1)[:, 1]
+
+    args = (torch.randn(2, 3), torch.randn(2, 3))
+    gm = torch.export.export(LastOfTwo(), args).module()
+    select = next(n for n in gm.graph.nodes if n.target == torch.ops.aten.select.int)
+    select.args = (*select.args[:2], 5)  # beyond the cat's 2 steps
+    assert not FoldSelectOfCat()(gm).modified
+    select.args = (*select.args[:2], -1)
+    assert FoldSelectOfCat()(gm).modified
+
+
 # --- CLI ----------------------------------------------------------------------------------
 def cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "mcu_npu.cli", *map(str, args)],
@@ -123,6 +264,14 @@ def test_cli_export_failure(model_file, tmp_path):
     out = tmp_path / "o.pte"
     r = cli("compile", f"{model_file}:branchy", "-o", out)
     assert_one_line_error(r, "torch.export could not capture")
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_cli_failure_inside_executorch(model_file, tmp_path):
+    out = tmp_path / "o.pte"
+    r = cli("compile", f"{model_file}:conv1d_no_batch", "--npu-compiler", "reference", "-o", out)
+    assert_one_line_error(r, "mcu-npu: error: lowering to the Cortex-M kernels failed at node "
+                             "'conv1d' (aten.convolution): RuntimeError")
     assert not out.exists() and not list(tmp_path.iterdir())
 
 

@@ -30,6 +30,7 @@ from helpers import assert_loads_in_executorch
 from mcu_npu.api import to_executorch
 from mcu_npu.errors import ConfigError, UnsupportedModelError
 from mcu_npu.passes.edge import RemoveInputQuantize, RemoveOutputDequantize
+from mcu_npu.report import Kernel
 from mcu_npu.runtime import load_program
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,7 +142,7 @@ def test_imxrt700_first_or_last_op_on_the_cortex_m(excluded, kernel):
     float_prog, int8_prog = compile_both(small_net(), data[0], data, target="imxrt700",
                                          operators_not_to_delegate=[excluded])
     ops = {o.op: o for o in int8_prog.report.ops}
-    assert ops[excluded].kernel == "cortex-m"
+    assert ops[excluded].kernel is Kernel.CORTEX_M
     assert any(name.startswith(kernel) for name in load_program(int8_prog.buffer).operator_names)
     assert_int8_program(int8_prog, [(1, 1, 6, 6)], [(1, 5)])
     assert_same_results(float_prog, int8_prog, data)

@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from .errors import ConfigError, InputError, InvalidProgramError
+from .errors import ConfigError, InputError, InvalidProgramError, stage
 from .npu import COMPILER_NAMES
 from .backend import keep_interfaces_only, use_device_ids
 from .cortex_m import cortex_m_core, is_cortex_m, lower_to_cortex_m
@@ -128,7 +128,7 @@ def check_calibration(samples, example_inputs: tuple) -> list[tuple]:
             raise ConfigError(f"calibration sample {i} has {len(sample)} arrays but the model "
                               f"takes {len(example_inputs)} inputs")
         for j, (s, e) in enumerate(zip(sample, example_inputs)):
-            s = torch.as_tensor(s)
+            s = _as_tensor(s, f"calibration sample {i}, input {j}")
             if tuple(s.shape) != tuple(e.shape):
                 raise ConfigError(f"calibration sample {i}, input {j} has shape "
                                   f"{tuple(s.shape)} but the model's example input has "
@@ -136,10 +136,32 @@ def check_calibration(samples, example_inputs: tuple) -> list[tuple]:
             if s.dtype != e.dtype:
                 raise ConfigError(f"calibration sample {i}, input {j} has dtype {s.dtype} but "
                                   f"the model's example input has {e.dtype}")
-        checked.append(tuple(torch.as_tensor(s) for s in sample))
+        checked.append(tuple(_as_tensor(s, f"calibration sample {i}") for s in sample))
     if not checked:
         raise ConfigError("calibration data is empty")
     return checked
+
+
+def _as_tensor(value, what: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"{what} is not a tensor or an array: {type(value).__name__}") from exc
+
+
+def _exclude_hint(op: str) -> str:
+    if not op:
+        return ("keep the op off the NPU with operators_not_to_delegate=[...] (CLI: --exclude "
+                "OP; the report names each op), change the model around it, or report it")
+    return (f"keep {op} off the NPU with operators_not_to_delegate=[{op!r}] (CLI: --exclude "
+            f"{op}), change the model around it, or report it")
+
+
+def _cpu_hint(op: str) -> str:
+    op = op or "the op"
+    return (f"{op} stays on the CPU, and ExecuTorch's Cortex-M lowering cannot take it in this "
+            f"form: change how the model uses {op} (e.g. its input's rank or layout), or "
+            "report it")
 
 
 def _progress(samples: list, show: bool | None) -> Iterable[tuple]:
@@ -175,6 +197,13 @@ def compile(
     output on the CPU; the report's ``io`` gives each one's scale and zero point, and
     ``run`` takes and returns int8 tensors (``quantize_inputs`` / ``dequantize_outputs``
     convert). ``io="float"`` (the default) keeps float inputs and outputs."""
+    with stage("compiling the model"):  # any failure the stages below do not name
+        return _compile(model, example_inputs, target, calibration, npu_compiler,
+                        operators_not_to_delegate, progress, train_fn, io)
+
+
+def _compile(model, example_inputs, target, calibration, npu_compiler,
+             operators_not_to_delegate, progress, train_fn, io) -> CompiledProgram:
     tgt = get_target(target)
     check_io(io)
     if npu_compiler not in COMPILER_NAMES:
@@ -184,14 +213,17 @@ def compile(
     if calibration is None:
         warnings.warn("no calibration data: calibrating on the example inputs alone, so "
                       "quantization ranges will be narrow and results inaccurate; pass "
-                      "calibration samples", UserWarning, stacklevel=2)
+                      "calibration samples", UserWarning, stacklevel=3)
         samples = [example_inputs]
     else:
         samples = check_calibration(calibration, example_inputs)
     float_model = model.eval() if isinstance(model, torch.nn.Module) else model
     excluded = tuple(operators_not_to_delegate)
-    graph = export_module(float_model, example_inputs)
-    graph = TargetQuantizer(tgt, aten_passes=default_aten_passes(tgt)).transform_for_annotation(graph)
+    with stage("exporting the model", _EXPORT_HINT):
+        graph = export_module(float_model, example_inputs)
+    with stage("rewriting the model for quantization"):
+        graph = TargetQuantizer(tgt, aten_passes=default_aten_passes(tgt)) \
+            .transform_for_annotation(graph)
     partitioner = NpuPartitioner(tgt, excluded, npu_compiler)
     if train_fn is None:
         reference, edge = _quantize_ptq(graph, example_inputs, _progress(samples, progress),
@@ -199,22 +231,34 @@ def compile(
     else:
         quantizer = TargetQuantizer(tgt, is_qat=True, operators_not_to_delegate=excluded) \
             if cortex_m_core(tgt) else NeutronQuantizer(is_qat=True)
-        reference = quantize_qat(graph, example_inputs, _progress(samples, progress), train_fn,
-                                 quantizer)
+        with stage("quantization-aware training", _QAT_HINT):
+            reference = quantize_qat(graph, example_inputs, _progress(samples, progress),
+                                     train_fn, quantizer)
         partitioner.placement = getattr(quantizer, "placement", None)
-        edge = to_edge_program(reference, example_inputs)
+        with stage(_TO_EDGE):
+            edge = to_edge_program(reference, example_inputs)
     edge = lower(edge, partitioner, tgt)
     io_params = {}
     if io == "int8":
         edge, io_params = quantize_io(edge)
-    report = build_report(tgt.name, partitioner, edge)
-    report.io = io_params
-    report.accuracy = {}
-    edge._named_data_store.add_named_data(REPORT_KEY, report.to_json().encode())
+    with stage("writing the compile report"):
+        report = build_report(tgt.name, partitioner, edge)
+        report.io = io_params
+        report.accuracy = {}
+        edge._named_data_store.add_named_data(REPORT_KEY, report.to_json().encode())
     buffer = to_executorch(edge)
     prog = CompiledProgram(buffer, report, reference)
-    report.accuracy = measure_accuracy(float_model, reference, prog, samples[:4])
+    with stage("checking the program's accuracy on the host"):
+        report.accuracy = measure_accuracy(float_model, reference, prog, samples[:4])
     return prog
+
+
+_EXPORT_HINT = ("make the model capturable by torch.export (no data-dependent control flow, "
+                "see torch.export's message), or report it")
+_QAT_HINT = ("the exception came from train_fn or the fake-quantized graph it ran (see the "
+             "chained exception); fix it there, or report it")
+_QUANTIZE_HINT = "change how the model uses {op}, or report it"
+_TO_EDGE = "converting the quantized model to the Edge dialect"
 
 
 def _quantize_ptq(graph, example_inputs, samples, target, partitioner):
@@ -224,35 +268,43 @@ def _quantize_ptq(graph, example_inputs, samples, target, partitioner):
     samples = list(samples)
     fallback = cortex_m_core(target) is not None
     trial = copy.deepcopy(graph) if fallback else graph
-    reference = quantize(trial, example_inputs, samples, NeutronQuantizer())
-    edge = to_edge_program(reference, example_inputs)
+    with stage("quantizing and calibrating", _QUANTIZE_HINT):
+        reference = quantize(trial, example_inputs, samples, NeutronQuantizer())
+    with stage(_TO_EDGE):
+        edge = to_edge_program(reference, example_inputs)
     if not fallback:
         return reference, edge
-    program = edge.exported_program()
-    rejected = partitioner.refine(program)
-    placement = Placement.from_analysis(
-        SupportAnalysis(program, target, partitioner.excluded, rejected))
+    with stage("deciding what the NPU runs", _exclude_hint):
+        program = edge.exported_program()
+        rejected = partitioner.refine(program)
+        placement = Placement.from_analysis(
+            SupportAnalysis(program, target, partitioner.excluded, rejected))
     if not placement.cpu:
         return reference, edge
     partitioner.placement = placement
-    reference = quantize(graph, example_inputs, samples,
-                         TargetQuantizer(target, placement=placement))
-    return reference, to_edge_program(reference, example_inputs)
+    with stage("quantizing for the NPU and the Cortex-M kernels", _exclude_hint):
+        reference = quantize(graph, example_inputs, samples,
+                             TargetQuantizer(target, placement=placement))
+    with stage(_TO_EDGE):
+        return reference, to_edge_program(reference, example_inputs)
 
 
 def lower(edge, partitioner, target=None):
     """Delegate the NPU partitions; on a target with a Cortex-M CPU the rest runs as its int8
     kernels."""
-    if partitioner.refined is not edge.exported_program():
-        partitioner.refine(edge.exported_program())
-    edge = edge.to_backend(partitioner)
-    for method in edge.methods:
-        keep_interfaces_only(edge.exported_program(method))
+    with stage("delegating to the NPU", _exclude_hint):
+        if partitioner.refined is not edge.exported_program():
+            partitioner.refine(edge.exported_program())
+        edge = edge.to_backend(partitioner)
+        for method in edge.methods:
+            keep_interfaces_only(edge.exported_program(method))
     core = cortex_m_core(target) if target is not None else None
     if core is not None:
-        edge = lower_to_cortex_m(edge, core)
-    for method in edge.methods:
-        use_device_ids(edge.exported_program(method))
+        with stage("lowering to the Cortex-M kernels", _cpu_hint):
+            edge = lower_to_cortex_m(edge, core)
+    with stage("delegating to the NPU"):
+        for method in edge.methods:
+            use_device_ids(edge.exported_program(method))
     return edge
 
 
@@ -267,8 +319,10 @@ def quantize_io(edge) -> tuple:
                           f"{len(edge.methods)}")
     program = edge.exported_program(next(iter(edge.methods)))
     inputs, outputs = RemoveInputQuantize(), RemoveOutputDequantize()
-    inputs(program)
-    outputs(program)
+    with stage("making the program's inputs and outputs int8",
+               "compile with io='float', or report it"):
+        inputs(program)
+        outputs(program)
     return edge, {"mode": "int8", "inputs": [r.as_dict() for r in inputs.inputs],
                   "outputs": [r.as_dict() for r in outputs.outputs]}
 
@@ -276,9 +330,10 @@ def quantize_io(edge) -> tuple:
 def to_executorch(edge) -> bytes:
     """Serialize an Edge program; CPU-side quantize/dequantize need the quantized kernels'
     out variants registered first."""
-    import executorch.kernels.quantized  # noqa: F401  (registers quantized_decomposed.*.out)
+    with stage("serializing the ExecuTorch program"):
+        import executorch.kernels.quantized  # noqa: F401  (registers quantized_decomposed.*.out)
 
-    return bytes(edge.to_executorch().buffer)
+        return bytes(edge.to_executorch().buffer)
 
 
 def build_report(target: str, partitioner: NpuPartitioner, edge) -> Report:

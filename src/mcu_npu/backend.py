@@ -6,12 +6,11 @@ named like the device runtimes' ids, so these classes carry names of their own a
 lowered modules afterwards; a vendor payload then runs on the device runtime unchanged, and
 importing an upstream backend in the same process cannot take over this project's
 partitions. A vendor payload's TFLite graph is kept as named data beside it, under a key
-derived from the payload, for the host emulator; device runtimes never look it up.
+derived from the payload (``payload.host_graph_key``), for the host emulator; device
+runtimes never look it up.
 """
 
 from __future__ import annotations
-
-import hashlib
 
 import torch
 
@@ -23,17 +22,12 @@ from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch.export import ExportedProgram
 
 from .compile_spec import NpuCompileSpec
-from .npu import get_compiler
-from .targets import get_target
+from .errors import ConfigError
+from .npu.compilers import get_compiler
+from .payload import host_graph_key
+from .targets import NpuKind, get_target
 from .tflite import convert
 from .tflite.describe import op_names
-
-HOST_GRAPH_PREFIX = "mcu_npu.host_graph."
-
-
-def host_graph_key(payload: bytes) -> str:
-    """Named-data key of the host graph kept beside ``payload``."""
-    return HOST_GRAPH_PREFIX + hashlib.sha256(bytes(payload)).hexdigest()[:16]
 
 
 def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
@@ -76,8 +70,16 @@ class McuNpuEthosUBackend(BackendDetails):
         return npu_preprocess(edge_program, compile_specs)
 
 
-BACKENDS = {"neutron": McuNpuNeutronBackend, "ethos-u": McuNpuEthosUBackend}
+BACKENDS = {NpuKind.NEUTRON: McuNpuNeutronBackend, NpuKind.ETHOS_U: McuNpuEthosUBackend}
 DEVICE_IDS = {cls.__name__: cls.device_id for cls in BACKENDS.values()}
+
+
+def backend_for(kind: NpuKind) -> type[BackendDetails]:
+    """The backend that compiles partitions for a ``kind`` NPU."""
+    try:
+        return BACKENDS[kind]
+    except KeyError:
+        raise ConfigError(f"no mcu-npu backend for a {kind} NPU") from None
 
 
 def use_device_ids(exported_program: ExportedProgram) -> bool:

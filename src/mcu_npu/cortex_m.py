@@ -19,13 +19,14 @@ NAMESPACE = "cortex_m"
 
 
 def cortex_m_core(target) -> str | None:
-    """The Cortex-M core that runs ``target``'s leftover ops as int8 kernels, if any.
+    """The Cortex-M core that runs ``target``'s leftover ops as int8 kernels, if any
+    (``CpuSpec.int8_kernels``).
 
-    Only Neutron SoCs for now: on Corstone targets, Ethos-U partitions next to Cortex-M
-    kernels are not yet validated end to end (their host emulation fails), so Corstone
-    keeps the portable kernels for what Vela leaves.
+    Only the Neutron SoC has them for now: on Corstone targets, Ethos-U partitions next to
+    Cortex-M kernels are not yet validated end to end (their host emulation fails), so
+    Corstone keeps the portable kernels for what Vela leaves.
     """
-    if target.cpu is None or target.npu.kind != "neutron":
+    if target.cpu is None or not target.cpu.int8_kernels:
         return None
     return target.cpu.core
 

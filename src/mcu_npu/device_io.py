@@ -23,6 +23,7 @@ from enum import IntEnum
 import numpy as np
 
 from .errors import InvalidProgramError
+from .targets import NpuKind
 
 Perm = tuple[int, ...]
 
@@ -36,6 +37,14 @@ class NeutronFormat(IntEnum):
 
 def identity(rank: int) -> Perm:
     return tuple(range(rank))
+
+
+def inverse(perm: Perm) -> Perm:
+    """The layout undoing ``perm``: ``x.permute(perm).permute(inverse(perm))`` is ``x``."""
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return tuple(inv)
 
 
 def is_contiguous(dim_order) -> bool:
@@ -91,12 +100,12 @@ def same_memory_order(shape, a: Perm, b: Perm) -> bool:
     return [d for d in a if shape[d] != 1] == [d for d in b if shape[d] != 1]
 
 
-def boundary_layouts(kind: str, sizes, dim_order) -> list[tuple[Perm, int]]:
+def boundary_layouts(kind: NpuKind, sizes, dim_order) -> list[tuple[Perm, int]]:
     """Every (layout, Neutron flag) the device runtime can hand the NPU for a tensor of
     ``sizes`` and ``dim_order``, the plain copy first. Ethos-U has one: its memory order."""
-    if kind == "ethos-u":
+    if kind is NpuKind.ETHOS_U:
         return [(ethos_u_layout(dim_order), NeutronFormat.FORMATLESS)]
-    if kind != "neutron":
+    if kind is not NpuKind.NEUTRON:
         raise ValueError(f"no delegate I/O rules for NPU kind {kind!r}")
     found = []
     for flag in NeutronFormat:
@@ -107,7 +116,7 @@ def boundary_layouts(kind: str, sizes, dim_order) -> list[tuple[Perm, int]]:
     return found
 
 
-def choose_layout(kind: str, sizes, dim_order, preferred: Perm, what: str) -> Perm:
+def choose_layout(kind: NpuKind, sizes, dim_order, preferred: Perm, what: str) -> Perm:
     """The boundary layout for a partition input or output: the one the graph prefers when
     the runtime can deliver it, else the runtime's plain copy (the graph then transposes)."""
     options = boundary_layouts(kind, sizes, dim_order)
@@ -124,7 +133,7 @@ def choose_layout(kind: str, sizes, dim_order, preferred: Perm, what: str) -> Pe
 
 def neutron_flag(sizes, dim_order, perm: Perm, what: str) -> NeutronFormat:
     """The format flag under which the Neutron runtime hands the NPU layout ``perm``."""
-    for layout_, flag in boundary_layouts("neutron", sizes, dim_order):
+    for layout_, flag in boundary_layouts(NpuKind.NEUTRON, sizes, dim_order):
         if same_memory_order(sizes, layout_, perm):
             return flag
     raise InvalidProgramError(f"{what}: no Neutron format flag delivers layout {tuple(perm)} "

@@ -1,4 +1,9 @@
-"""The project's exception hierarchy: one base, one class per kind of failure."""
+"""The project's exception hierarchy: one base, one class per kind of failure; ``stage``
+turns a failure inside ExecuTorch, torch or an NPU compiler into one of them."""
+
+import re
+from contextlib import contextmanager
+from typing import Callable
 
 
 class McuNpuError(Exception):
@@ -32,3 +37,123 @@ class InvalidProgramError(McuNpuError):
 
 class InputError(McuNpuError, ValueError):
     """Data handed to a program does not match what it expects (shape, dtype, count)."""
+
+
+# --- failures from inside ExecuTorch, torch or an NPU compiler ------------------------------
+REPORT_HINT = "report it to the mcu-npu maintainers with this message and the model"
+
+
+@contextmanager
+def stage(name: str, hint: str | Callable[[str], str] = "",
+          error: type[McuNpuError] | None = None):
+    """Run a step of the compile flow: an ``McuNpuError`` passes unchanged, any other
+    exception is raised as ``error`` (``UnsupportedModelError``) naming the stage, the node
+    and op being processed when the exception or its traceback shows them, the exception's
+    type and first line, and what the user can do (``hint``: text, where ``{op}`` stands for
+    the op's name, or a function of the op's name, "" when unknown). The original exception
+    is chained as ``__cause__``.
+
+    ``name`` is a gerund phrase: ``with stage("lowering to the Cortex-M kernels"): ...``
+    reads "lowering to the Cortex-M kernels failed at node 'conv1d' (aten.convolution): ..."
+    """
+    try:
+        yield
+    except McuNpuError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (ExecuTorch, torch and Vela raise any type)
+        raise stage_error(name, exc, hint, error) from exc
+
+
+def stage_error(name: str, exc: BaseException, hint: str | Callable[[str], str] = "",
+                error: type[McuNpuError] | None = None) -> McuNpuError:
+    """The ``McuNpuError`` ``stage`` raises for ``exc``: its message, and the ``stage``,
+    ``node``, ``op`` and ``hint`` found, as attributes."""
+    node, op = failing_node(exc)
+    root = root_cause(exc)
+    where = ""
+    if node and op:
+        where = f" at node {node!r} ({op})"
+    elif node or op:
+        where = f" at {'node ' + repr(node) if node else op}"
+    what = f"{type(root).__name__}: {first_line(root)}" if first_line(root) else type(root).__name__
+    todo = hint(op) if callable(hint) else (hint or REPORT_HINT).replace("{op}", op or "the op")
+    err = (error or UnsupportedModelError)(f"{name} failed{where}: {what}\nTo work around it: {todo}")
+    err.stage, err.node, err.op, err.hint = name, node, op, todo
+    return err
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, ExecuTorch's op schemas shortened to the
+    op's name; "" when it has none."""
+    text = str(exc).strip()
+    line = text.splitlines()[0].strip() if text else ""
+    return re.sub(r"<EdgeOpOverload: ([\w.:]+)>: schema = .*?\)\s*->\s*(\([^)]*\)|[\w\[\]?]+)",
+                   r"\1", line)
+
+
+def _chain(exc: BaseException):
+    """``exc`` and the exceptions it was raised from or while handling, outermost first."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception ``exc`` was explicitly raised from (``raise ... from``) that
+    has a message: ExecuTorch's pass managers wrap the real error in a generic one."""
+    root = exc
+    while root.__cause__ is not None and first_line(root.__cause__):
+        root = root.__cause__
+    return root
+
+
+_FX_NODE = re.compile(r"While executing %(\w+) : .*?call_function\[target=([\w.:]+)\]")
+_NODE_LOCALS = ("node", "n", "cur_node", "current_node")
+
+
+def failing_node(exc: BaseException) -> tuple[str, str]:
+    """(node, op) the failure happened at, as far as the exception shows them; "" each when
+    unknown. Sources, most specific first: the ``While executing %name`` note torch.fx's
+    interpreter adds, then the innermost traceback frame (deepest exception first) holding
+    an FX call node in a local named like ``node``. A node traced back to the quantized
+    graph is named as the compile report names it (``mcu_npu_id``)."""
+    chain = list(_chain(exc))
+    for e in chain:
+        m = _FX_NODE.search(str(e))
+        if m:
+            return m.group(1), _op_name(m.group(2))
+    for e in reversed(chain):
+        frames = []
+        tb = e.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        for frame in reversed(frames):
+            for key in _NODE_LOCALS:
+                found = _describe_node(frame.f_locals.get(key))
+                if found is not None:
+                    return found
+    return "", ""
+
+
+def _describe_node(node) -> tuple[str, str] | None:
+    import torch
+    from torch.fx import Node
+
+    if not isinstance(node, Node) or node.op != "call_function":
+        return None
+    custom = node.meta.get("custom") or {}
+    name = custom.get("mcu_npu_id") or node.name
+    target = node.target
+    label = str(target) if isinstance(target, torch._ops.OpOverload) else \
+        getattr(target, "__name__", None) or str(target)
+    return str(name), _op_name(label)
+
+
+def _op_name(target: str) -> str:
+    """``aten.convolution.default`` -> ``aten.convolution``: the name
+    ``operators_not_to_delegate`` and the report use."""
+    target = str(target).replace("::", ".").removeprefix("torch.ops.")
+    return target[: -len(".default")] if target.endswith(".default") else target

@@ -8,22 +8,33 @@ Layout (little endian)::
 Sections used: ``meta`` (UTF-8 JSON: compiler, target, partition inputs / outputs with their
 layout and quantization, compiler statistics) and ``tflite`` (the partition's int8 TFLite
 graph). docs/payload.md documents this and the vendor layouts.
+
+A vendor payload (Vela's command stream, Neutron microcode) is no container: its partition's
+graph, in a container, is kept as named data beside it under ``host_graph_key(payload)``
+for the host emulator; device runtimes never look it up.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from dataclasses import asdict
 
 from .errors import InvalidProgramError
-from .tflite import IOSpec, TFLiteModel
+from .tflite_model import IOSpec, TFLiteModel
 
 MAGIC = b"MNPU"
 VERSION = 1
 ALIGN = 16
 _HEADER = struct.Struct("<4sHH")
 _ENTRY = struct.Struct("<16sII")
+HOST_GRAPH_PREFIX = "mcu_npu.host_graph."
+
+
+def host_graph_key(payload: bytes) -> str:
+    """Named-data key of the host graph kept beside ``payload``."""
+    return HOST_GRAPH_PREFIX + hashlib.sha256(bytes(payload)).hexdigest()[:16]
 
 
 def _pad(n: int) -> int:

@@ -1,19 +1,18 @@
-"""The compile flow's steps, shared by the API, the recipes, tests and benchmarks:
-export -> quantize -> Edge. Each step is a plain function over ExecuTorch objects."""
+"""The compile flow's steps around quantization, shared by the API, the recipes, the
+quantizers, tests and benchmarks: export, then (after ``mcu_npu.quantization``) Edge. Each
+step is a plain function over ExecuTorch objects."""
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import torch
-from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge
+from executorch.exir import EdgeCompileConfig, EdgeProgramManager
 from executorch.exir.tracer import _default_decomposition_table
 from torch.fx import GraphModule
 
 from .edge_dialect import to_edge_in_place
 from .errors import UnsupportedModelError
-from .quantization import NeutronQuantizer, quantize
 from .tflite.registry import PRESERVED_ATEN_OPS
+from .upstream_patches import edge_program_from_core_aten
 
 
 def edge_compile_config() -> EdgeCompileConfig:
@@ -45,28 +44,15 @@ def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
     return ep.module(check_guards=False)
 
 
-def quantized_edge(
-    model: torch.nn.Module | GraphModule,
-    example_inputs: tuple,
-    calibration: Iterable[tuple] | None = None,
-    quantizer=None,
-) -> tuple[GraphModule, EdgeProgramManager]:
-    """(quantized reference module, its Edge program) for ``model``."""
-    if not isinstance(model, GraphModule):
-        model = export_module(model, example_inputs)
-    reference = quantize(model, example_inputs, calibration, quantizer or NeutronQuantizer())
-    return reference, to_edge_program(reference, example_inputs)
-
-
 def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgramManager:
     """Quantized reference -> Edge program, with the converter's ops preserved: converted in
-    place when that gives what ``to_edge`` would (``edge_dialect``), else by ``to_edge``."""
+    place when that gives what ``to_edge`` would (``edge_dialect``), else by ``to_edge``'s
+    passes without its second decomposition (``upstream_patches``)."""
     config = edge_compile_config()
     ep = core_aten_program(reference, example_inputs, config)
     edge = to_edge_in_place(ep, config)
-    if edge is None:
-        ep.run_decompositions = lambda *args, **kwargs: ep  # done already
-        edge = to_edge(ep, compile_config=config)
+    if edge is None:  # to_edge's passes, without its decomposition (done already)
+        edge = edge_program_from_core_aten(ep, config)
     return edge
 
 

@@ -29,7 +29,7 @@ from .pipeline import default_aten_passes, edge_compile_config
 from .quantization import NeutronQuantizer
 from .quantization.composed import TargetQuantizer
 from .quantization.neutron_quantizer import begin_float64_calibration, end_float64_calibration
-from .targets import get_target
+from .targets import NpuKind, get_target
 
 BACKEND = "mcu_npu_neutron"
 
@@ -78,7 +78,7 @@ def neutron_recipe(
 ) -> ExportRecipe:
     """The Neutron recipe for ``target``."""
     tgt = get_target(target)
-    if tgt.npu.kind != "neutron":
+    if tgt.npu.kind is not NpuKind.NEUTRON:
         raise ConfigError(f"{tgt.name} has no eIQ Neutron NPU; Neutron recipes need a Neutron "
                           "target such as imxrt700")
     is_qat = recipe_type == NeutronRecipeType.INT8_QAT

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+from .errors import ConfigError
+from .macs import node_macs  # noqa: F401  (re-exported: its home is mcu_npu.macs)
 
 REPORT_KEY = "mcu_npu.report"
 STAT_KEYS = ("npu_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
@@ -24,24 +28,39 @@ IO_MODES = ("float", "int8")  # compile(io=...): program inputs/outputs float, o
 def check_io(io) -> str:
     """``io`` if it names a program I/O mode, else ConfigError listing the valid ones (here,
     not in ``api``, so the CLI checks ``--io`` without loading the compiler)."""
-    from .errors import ConfigError
-
     if not isinstance(io, str) or io not in IO_MODES:
         raise ConfigError(f"unknown io {io!r}; choose one of: {', '.join(IO_MODES)}")
     return io
 
 
+class Kernel(str, Enum):
+    """What runs a compute op (``OpPlacement.kernel``); the value is what the report's JSON
+    holds."""
+
+    NPU = "npu"
+    CORTEX_M = "cortex-m"
+    """One of ExecuTorch's Cortex-M int8 (CMSIS-NN) kernels, or fused into one."""
+    PORTABLE = "portable"
+    """One of ExecuTorch's portable kernels (on float or int8 data)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class OpPlacement:
     """One compute op: where it runs (``NPU partition k``, ``Cortex-M int8 kernel`` or
-    ``portable float kernel``) and, if not on the NPU, why."""
+    ``portable float kernel``), by what ``kernel`` and, if not on the NPU, why."""
 
     node: str
     op: str
     placement: str
-    kernel: str  # "npu", "portable" (float ExecuTorch kernel) or "cortex-m" (int8 kernel)
+    kernel: Kernel  # a Kernel's value is accepted too (a report read back from JSON)
     reason: str = ""
     macs: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "kernel", Kernel(self.kernel))  # ValueError when unknown
 
 
 @dataclass(frozen=True)
@@ -65,7 +84,7 @@ class Report:
 
     @property
     def summary(self) -> dict:
-        on_npu = [o for o in self.ops if o.kernel == "npu"]
+        on_npu = [o for o in self.ops if o.kernel is Kernel.NPU]
         total = len(self.ops)
         s = {
             "target": self.target,
@@ -73,7 +92,7 @@ class Report:
             "ops_total": total,
             "ops_on_npu": len(on_npu),
             "ops_on_cpu": total - len(on_npu),
-            "ops_on_cortex_m": sum(o.kernel == "cortex-m" for o in self.ops),
+            "ops_on_cortex_m": sum(o.kernel is Kernel.CORTEX_M for o in self.ops),
             "partitions": len(self.partitions),
             "npu_ops_fraction": round(len(on_npu) / total, 4) if total else 0.0,
             "macs": sum(o.macs for o in self.ops),
@@ -152,31 +171,3 @@ class Report:
         lines = ["", f"program I/O {self.io.get('mode', 'int8')} (real = scale * (q - zero_point))"]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
         return lines
-
-
-def node_macs(node) -> int:
-    """Multiply-accumulates of a conv / matmul node from its shapes (0 for other ops)."""
-    name = getattr(node.target, "__name__", "")
-    val = node.meta.get("val")
-    if val is None or not hasattr(val, "shape"):
-        return 0
-    out = 1
-    for d in val.shape:
-        out *= int(d)
-    if name.startswith("aten.convolution"):
-        w = node.args[1].meta["val"].shape
-        transposed = bool(node.args[6]) if len(node.args) > 6 else False
-        kernel = 1
-        for d in w[2:]:
-            kernel *= int(d)
-        if transposed:  # every input element meets every output channel's kernel
-            x = node.args[0].meta["val"]
-            n_in = 1
-            for d in x.shape:
-                n_in *= int(d)
-            return n_in * int(w[1]) * kernel
-        return out * int(w[1]) * kernel
-    if name.startswith(("aten.linear", "aten.addmm", "aten.mm", "aten.bmm")):
-        x = node.args[1 if name.startswith("aten.addmm") else 0].meta["val"]
-        return out * int(x.shape[-1])
-    return 0

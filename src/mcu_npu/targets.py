@@ -7,8 +7,22 @@ partitioner branches on a target's name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from .errors import ConfigError
+
+
+class NpuKind(str, Enum):
+    """An NPU family; its device runtime decides how delegate data reaches the NPU
+    (``device_io``). The value is the name messages print."""
+
+    NEUTRON = "neutron"
+    """NXP eIQ Neutron (device runtime ``NeutronBackend``)."""
+    ETHOS_U = "ethos-u"
+    """Arm Ethos-U (device runtime ``EthosUBackend``)."""
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,15 +63,25 @@ class VelaConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class NpuSpec:
-    """An NPU: its family, configuration and the numbers estimates need."""
+    """An NPU: its family, what compiles for it, its configuration and the numbers estimates
+    need."""
 
-    kind: str
-    """NPU family: "neutron" (NXP eIQ Neutron) or "ethos-u" (Arm Ethos-U)."""
+    kind: NpuKind
+    """NPU family (its value, "neutron" or "ethos-u", is accepted too)."""
     name: str
     macs_per_cycle: int
     clock_hz: int
     sram_bytes: int
-    limits: NeutronLimits = NeutronLimits()
+    vendor_compiler: str
+    """The ``npu_compiler`` that ``"auto"`` picks when its tool is installed: "neutron" (NXP's
+    eIQ Neutron converter) or "vela" (Arm's Vela)."""
+    compiler_checks_operators: bool = False
+    """The vendor compiler decides on its own which operators it runs and can refuse some the
+    converter's checks accept (Vela), so the partitioner asks it about every proposed
+    partition before partitioning."""
+    limits: NeutronLimits | None = None
+    """Operator limits the converter's checks apply (Neutron's); None when there are none
+    beyond what the converter itself supports."""
     vela: VelaConfig | None = None
     """Set for Ethos-U NPUs: what the Vela compiler needs to know."""
     transpose_as_block_swap: bool = False
@@ -66,6 +90,13 @@ class NpuSpec:
     against 202,938 total cycles), while on the U65 and U85 the 4-D TRANSPOSE is the cheaper
     one (U85 MobileNetV1: 198,936 against 3,233,950, the 3-D one being memory bound)."""
 
+    def __post_init__(self):
+        try:
+            object.__setattr__(self, "kind", NpuKind(self.kind))
+        except ValueError:
+            raise ConfigError(f"unknown NPU kind {self.kind!r}; expected one of: "
+                              f"{', '.join(k.value for k in NpuKind)}") from None
+
 
 @dataclass(frozen=True, kw_only=True)
 class CpuSpec:
@@ -73,6 +104,10 @@ class CpuSpec:
 
     core: str
     clock_hz: int
+    int8_kernels: bool = False
+    """The ops the NPU leaves run as ExecuTorch's Cortex-M int8 (CMSIS-NN) kernels, quantized
+    with the Cortex-M rules where the NPU's do not apply; False keeps ExecuTorch's portable
+    kernels for them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,11 +121,13 @@ class Target:
 
 
 NEUTRON_N3_64 = NpuSpec(
-    kind="neutron",
+    kind=NpuKind.NEUTRON,
     name="eIQ Neutron N3-64",
     macs_per_cycle=64,
     clock_hz=325_000_000,
     sram_bytes=7_864_320,  # 7.5 MiB shared on-chip SRAM of the i.MX RT700
+    vendor_compiler="neutron",
+    limits=NeutronLimits(),
 )
 
 # Vela's system config and memory mode per Ethos-U family: the ExecuTorch Arm backend's
@@ -118,11 +155,13 @@ def ethos_u(accelerator: str) -> NpuSpec:
                           f"<{'|'.join(_VELA_SYSTEMS)}>-<MACs>")
     system, memory, clock = _VELA_SYSTEMS[family]
     return NpuSpec(
-        kind="ethos-u",
+        kind=NpuKind.ETHOS_U,
         name=f"Arm Ethos-U{family[-2:]}-{macs}",
         macs_per_cycle=int(macs),
         clock_hz=clock,
         sram_bytes=_SRAM_BYTES[family],
+        vendor_compiler="vela",
+        compiler_checks_operators=True,
         vela=VelaConfig(accelerator=accelerator, system_config=system, memory_mode=memory),
         transpose_as_block_swap=family == "ethos-u55",
     )
@@ -144,7 +183,7 @@ _PRESETS: dict[str, Target] = {
             name="imxrt700",
             description="NXP i.MX RT700: eIQ Neutron N3-64 NPU + Cortex-M33 @ 325 MHz",
             npu=NEUTRON_N3_64,
-            cpu=CpuSpec(core="cortex-m33", clock_hz=325_000_000),
+            cpu=CpuSpec(core="cortex-m33", clock_hz=325_000_000, int8_kernels=True),
         ),
         Target(
             name="corstone-300",

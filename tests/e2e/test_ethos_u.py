@@ -9,7 +9,7 @@ import torch
 
 import mcu_npu
 from mcu_npu.quantization.exact import run_exact
-from mcu_npu.backend import host_graph_key
+from mcu_npu.payload import host_graph_key
 from mcu_npu.models.mlperf_tiny import MODELS
 from mcu_npu.npu import ethosu_payload
 from mcu_npu.metrics import sqnr_db

@@ -23,8 +23,8 @@ from mcu_npu.npu import ethosu_payload as bin_stream
 from mcu_npu.npu.vela import VelaCompiler, VelaOptions
 from mcu_npu.npu.vela_run import KEEP_TEMPS, architecture, build_call
 from mcu_npu.npu.vela_support import vela_rejections
-from mcu_npu.report import node_macs
-from mcu_npu.targets import Target, get_target, targets
+from mcu_npu.macs import node_macs
+from mcu_npu.targets import NpuKind, Target, get_target, targets
 from mcu_npu.tflite.ops_aliases import aten
 
 pytest.importorskip("ethosu.vela")
@@ -236,7 +236,7 @@ def test_call_text_and_presets_agree_with_vela():
     options = VelaOptions()
     for name in targets():
         target = get_target(name)
-        if target.npu.kind != "ethos-u":
+        if target.npu.kind is not NpuKind.ETHOS_U:
             continue
         arch = architecture(target.npu.vela, options)
         call = build_call(arch, options)

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import quantized_edge
 from mcu_npu.partition import SupportAnalysis
 from mcu_npu.partition.partitioner import cluster_members, general_groups, single_group
-from mcu_npu.pipeline import quantized_edge
 from mcu_npu.targets import get_target
 
 

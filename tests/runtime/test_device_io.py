@@ -19,10 +19,9 @@ from neutron_sdk_double import Behaviour, install
 
 import mcu_npu
 from mcu_npu.quantization.exact import run_exact
-from mcu_npu.backend import host_graph_key
 from mcu_npu.device_io import neutron_layout
 from mcu_npu.npu import neutron_payload as nxp
-from mcu_npu.payload import unpack_reference
+from mcu_npu.payload import host_graph_key, unpack_reference
 
 ETHOS_U = ("ethos-u55-128", "ethos-u85-256", "corstone-300")
 

@@ -17,8 +17,8 @@ from ai_edge_litert import schema_py_generated as schema
 from ..device_io import neutron_flag
 from ..errors import InvalidProgramError, NpuCompilerError
 from ..payload import pack_reference
-from ..targets import Target
-from ..tflite import IOSpec, TFLiteModel
+from ..targets import NpuKind, Target
+from ..tflite_model import IOSpec, TFLiteModel
 from ..tflite.builder import BUILTIN_NAMES
 from . import neutron_payload as nxp
 from .base import NpuArtifact
@@ -234,7 +234,7 @@ class NeutronCompiler:
         return sdk_installed()
 
     def compile(self, model: TFLiteModel, target: Target) -> NpuArtifact:
-        if target.npu.kind != "neutron":
+        if target.npu.kind is not NpuKind.NEUTRON:
             raise NpuCompilerError(f"target {target.name!r} has a {target.npu.kind} NPU; the "
                                    "Neutron converter compiles for eIQ Neutron only", tool=TOOL)
         target_name = self.options.target or target.name

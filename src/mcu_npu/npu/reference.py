@@ -6,10 +6,12 @@ carry, so the host copies delegate data exactly as the Neutron runtime would."""
 
 from __future__ import annotations
 
+from ..errors import NpuCompilerError
 from ..payload import pack_reference
-from ..targets import Target
-from ..tflite import TFLiteModel
+from ..targets import NpuKind, Target
+from ..tflite_model import TFLiteModel
 from .base import NpuArtifact
+from .neutron import runtime_format
 
 
 class ReferenceCompiler:
@@ -20,11 +22,13 @@ class ReferenceCompiler:
 
     def compile(self, model: TFLiteModel, target: Target) -> NpuArtifact:
         meta = {"compiler": self.name, "target": target.name}
-        if target.npu.kind == "neutron":
-            from .neutron import runtime_format
-
+        kind = target.npu.kind
+        if kind is NpuKind.NEUTRON:  # the flags the Neutron runtime would read
             meta["neutron_formats"] = {
                 "inputs": [runtime_format(s) for s in model.inputs],
                 "outputs": [runtime_format(s) for s in model.outputs]}
+        elif kind is not NpuKind.ETHOS_U:  # Ethos-U: the runtime copies bytes as they lie
+            raise NpuCompilerError(f"target {target.name!r}: no reference payload for a {kind} "
+                                   "NPU", tool=self.name)
         return NpuArtifact(self.name, pack_reference(model, meta),
                            {"npu_flash_bytes": len(model.buffer)})

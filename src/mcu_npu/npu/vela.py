@@ -13,13 +13,14 @@ import numpy as np
 
 from ..errors import NpuCompilerError
 from ..payload import pack_reference
-from ..targets import Target
-from ..tflite import TFLiteModel
+from ..targets import NpuKind, Target
+from ..tflite_model import TFLiteModel
 from . import ethosu_payload as bin_stream
 from .base import NpuArtifact
 from .vela_graph import own_concat_inputs
 from .vela_run import TOOL, VelaCall, VelaOptions, architecture, build_call, run_vela, \
     vela_installed
+from .vela_support import vela_rejections
 
 __all__ = ["VelaCompiler", "VelaOptions", "vela_stats", "payload_fields"]
 
@@ -85,7 +86,7 @@ class VelaCompiler:
         return vela_installed()
 
     def compile(self, model: TFLiteModel, target: Target) -> NpuArtifact:
-        if target.npu.kind != "ethos-u" or target.npu.vela is None:
+        if target.npu.kind is not NpuKind.ETHOS_U or target.npu.vela is None:
             raise NpuCompilerError(f"target {target.name!r} has a {target.npu.kind} NPU; Vela "
                                    "compiles for Arm Ethos-U only", tool=TOOL)
         call = build_call(architecture(target.npu.vela, self.options), self.options)
@@ -104,8 +105,6 @@ class VelaCompiler:
 def _with_rejections(exc: NpuCompilerError, model, target, options) -> NpuCompilerError:
     """The error, naming the nodes Vela would leave to the CPU when that is the cause: the
     runtime's raw format holds one NPU command stream, no CPU operators."""
-    from .vela_support import vela_rejections
-
     try:
         rejected = vela_rejections(model, target, options)
     except NpuCompilerError:

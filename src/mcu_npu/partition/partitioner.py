@@ -18,10 +18,12 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from torch._subclasses.fake_tensor import FakeTensor
 
+from ..backend import backend_for
 from ..compile_spec import NpuCompileSpec
-from ..errors import ConfigError
-from ..quantization.composed import node_id
-from ..report import node_macs
+from ..errors import ConfigError, UnsupportedModelError
+from ..graph_ids import node_id
+from ..macs import node_macs
+from ..npu.vela_support import vela_rejections
 from ..targets import Target, get_target
 from ..tflite import convert
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
@@ -31,6 +33,9 @@ from .support import SupportAnalysis, Verdict
 
 TAG = "mcu_npu_"
 MAX_REFINEMENTS = 8
+OPERATOR_CHECKS = {"vela": vela_rejections}
+"""The vendor compilers' own operator checks, by ``NpuSpec.vendor_compiler``:
+(TFLiteModel, Target) -> node name -> the compiler's reason for refusing it."""
 
 
 class _Members(OperatorSupportBase):
@@ -116,11 +121,13 @@ def general_groups(program: ExportedProgram, members: set[Node]) -> list[list[No
 
 def compiler_check(target: Target):
     """The NPU compiler's own operator check for ``target``, if it has one."""
-    if target.npu.kind == "ethos-u":
-        from ..npu.vela_support import vela_rejections
-
-        return vela_rejections
-    return None
+    if not target.npu.compiler_checks_operators:
+        return None
+    check = OPERATOR_CHECKS.get(target.npu.vendor_compiler)
+    if check is None:
+        raise ConfigError(f"{target.name}: the {target.npu.vendor_compiler!r} compiler checks "
+                          "operators, but mcu-npu has no way to ask it")
+    return check
 
 
 class NpuPartitioner(Partitioner):
@@ -141,12 +148,10 @@ class NpuPartitioner(Partitioner):
         npu_compiler: str = "auto",
         placement=None,
     ):
-        from ..backend import BACKENDS
-
         self.target = get_target(target or self.default_target)
         self.excluded = tuple(operators_not_to_delegate)
         spec = NpuCompileSpec(target=self.target.name, npu_compiler=npu_compiler)
-        backend = BACKENDS[self.target.npu.kind]
+        backend = backend_for(self.target.npu.kind)  # ExecuTorch finds it by class name
         self.delegation_spec = DelegationSpec(backend.__name__, spec.to_compile_specs())
         self.npu_compiler = npu_compiler
         self.placement = placement
@@ -189,7 +194,8 @@ class NpuPartitioner(Partitioner):
         are fake, so call this on the Edge program before ``to_backend`` (``mcu_npu.compile``
         does).
         """
-        check = compiler_check(self.target) if self.npu_compiler in ("auto", "vela") else None
+        uses_vendor = self.npu_compiler in ("auto", self.target.npu.vendor_compiler)
+        check = compiler_check(self.target) if uses_vendor else None
         rejected: dict[str, str] = {}
         for _ in range(MAX_REFINEMENTS if check is not None else 0):
             analysis = SupportAnalysis(program, self.target, self.excluded, rejected,
@@ -207,7 +213,14 @@ class NpuPartitioner(Partitioner):
             rejected.update(found)
         else:
             if check is not None:
-                raise RuntimeError("NPU partitioning did not settle; please report this model")
+                raise UnsupportedModelError(
+                    f"NPU partitioning did not settle on {self.target.name}: after "
+                    f"{MAX_REFINEMENTS} rounds of moving the nodes "
+                    f"{self.target.npu.vendor_compiler} refuses to the CPU, it still refuses "
+                    f"{', '.join(sorted(found))}. To work around it, keep these nodes (or "
+                    "their ops) on the CPU with operators_not_to_delegate=[...] (CLI: "
+                    "--exclude), or compile with npu_compiler='reference' to check the model "
+                    "on the host without the vendor compiler; please report this model")
         self.compiler_rejections = rejected
         self.refined = program
         return rejected

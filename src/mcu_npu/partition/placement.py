@@ -1,23 +1,19 @@
 """Which ATen nodes the NPU runs, decided before quantization so the quantizer can compose.
 
-The decision is the partitioner's: the graph is quantized with the NPU's rules alone,
-lowered to Edge, and checked by ``SupportAnalysis`` (and, where it has one, the NPU
-compiler's own check). Edge nodes are traced back to their ATen node through the id the
-composed quantizer records (``quantization.composed.NODE_ID``). The checks read shapes,
-arguments and graph structure, never quantization values, so synthetic inputs decide as well
-as calibration data does.
+The decision is the partitioner's: a graph quantized with the NPU's rules alone and lowered
+to Edge is checked by ``SupportAnalysis`` (and, where it has one, the NPU compiler's own
+check). Edge nodes are traced back to their ATen node through the id the composed quantizer
+records (``graph_ids.NODE_ID``). The composed quantizer makes that trial
+(``quantization.composed.decide_placement``).
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Iterable
 
-import torch
-from torch.fx import GraphModule
-
-from ..quantization.composed import node_id
+from ..graph_ids import node_id
+from .partitioner import NpuPartitioner
 from .support import SupportAnalysis, Verdict
 
 
@@ -42,44 +38,11 @@ class Placement:
         return cls(cpu)
 
 
-def synthetic_inputs(model: GraphModule, seed: int = 0) -> tuple:
-    """Deterministic inputs shaped like the graph's placeholders (their ``val`` metadata)."""
-    gen = torch.Generator().manual_seed(seed)
-    inputs = []
-    for node in model.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor):
-            raise ValueError(f"input {node.name} has no tensor metadata; export the model "
-                             "with torch.export before quantizing")
-        if val.dtype.is_floating_point:
-            inputs.append(torch.randn(tuple(val.shape), generator=gen).to(val.dtype))
-        else:
-            inputs.append(torch.zeros(tuple(val.shape), dtype=val.dtype))
-    return tuple(inputs)
-
-
 def analyse_edge(edge_program, target, excluded: Iterable[str] = (),
                  npu_compiler: str = "auto") -> SupportAnalysis:
     """The partitioner's support analysis of an Edge program, the NPU compiler's refusals
     included."""
-    from .partitioner import NpuPartitioner
-
     partitioner = NpuPartitioner(target, excluded, npu_compiler)
     rejected = partitioner.refine(edge_program)
     return SupportAnalysis(edge_program, partitioner.target, excluded, rejected)
 
-
-def decide_placement(model: GraphModule, target, excluded: Iterable[str] = (),
-                     npu_compiler: str = "auto") -> Placement:
-    """Trial: quantize a copy of ``model`` with the NPU's rules, lower it, check it."""
-    from ..pipeline import to_edge_program
-    from ..quantization import NeutronQuantizer, quantize
-
-    trial = copy.deepcopy(model)
-    inputs = synthetic_inputs(trial)
-    reference = quantize(trial, inputs, [inputs], NeutronQuantizer())
-    edge = to_edge_program(reference, inputs)
-    return Placement.from_analysis(analyse_edge(edge.exported_program(), target, excluded,
-                                                npu_compiler))

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from enum import Enum
 from typing import Iterable
 
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from ..quantization.composed import node_id
+from ..graph_ids import node_id
 from ..targets import Target
 from ..tflite.ops.activations import CLAMPS
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
@@ -44,16 +45,38 @@ def _is(node, targets) -> bool:
     return isinstance(node, Node) and node.op == "call_function" and node.target in targets
 
 
+class VerdictCategory(str, Enum):
+    """Why a compute node stays on the CPU (``Verdict.category``)."""
+
+    EXCLUDED = "excluded"
+    """The user excluded it (``operators_not_to_delegate``)."""
+    UNSUPPORTED_OP = "unsupported-op"
+    """No TFLite converter for its op."""
+    NOT_QUANTIZED = "not-quantized"
+    """It does not read and write int8 through quantize / dequantize."""
+    NPU_LIMITS = "npu-limits"
+    """Its converter's checks, the target's NPU limits among them, refuse it."""
+    NPU_COMPILER = "npu-compiler"
+    """The NPU compiler refuses it (``NpuPartitioner.refine``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """Whether a compute node goes to the NPU; ``reason`` says why not."""
+    """Whether a compute node goes to the NPU; ``reason`` and ``category`` say why not."""
 
     node: str
     op: str
     supported: bool
     reason: str = ""
-    category: str = ""
-    """"", "excluded", "unsupported-op", "not-quantized", "npu-limits" or "npu-compiler"."""
+    category: VerdictCategory | None = None
+    """None when the node goes to the NPU."""
+
+    def __post_init__(self):
+        if self.category is not None:  # a category's value is accepted too
+            object.__setattr__(self, "category", VerdictCategory(self.category))
 
 
 class SupportAnalysis:
@@ -132,7 +155,7 @@ class SupportAnalysis:
             return Verdict(node.name, name, False, decided.reason, decided.category)
         if self.excluded & {*op_aliases(name), node.name, "*"}:
             return Verdict(node.name, name, False, "excluded by operators_not_to_delegate",
-                           "excluded")
+                           VerdictCategory.EXCLUDED)
         producer = node.args[0] if node.args else None
         if isinstance(producer, Node) and producer in self.verdicts and \
                 self._fused_clamp(producer, node):
@@ -141,18 +164,19 @@ class SupportAnalysis:
         conv = lookup(node.target)
         if conv is None:
             return Verdict(node.name, name, False, f"no NPU conversion for {name}",
-                           "unsupported-op")
+                           VerdictCategory.UNSUPPORTED_OP)
         if not all(self._reads_int8(node, a) for a in node.all_input_nodes) or \
                 not self._writes_int8(node):
             return Verdict(node.name, name, False,
                            "not quantized: NPU ops need int8 inputs and outputs "
-                           "(quantize/dequantize on every tensor edge)", "not-quantized")
+                           "(quantize/dequantize on every tensor edge)",
+                           VerdictCategory.NOT_QUANTIZED)
         reason = conv.rejection(node, self.target)
         if reason is not None:
-            return Verdict(node.name, name, False, reason, "npu-limits")
+            return Verdict(node.name, name, False, reason, VerdictCategory.NPU_LIMITS)
         if node.name in self.compiler_rejections:
             return Verdict(node.name, name, False, self.compiler_rejections[node.name],
-                           "npu-compiler")
+                           VerdictCategory.NPU_COMPILER)
         return Verdict(node.name, name, True)
 
     def supported(self, node: Node) -> bool:

@@ -19,6 +19,7 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
+from ..passes.aten._recurrent import STATE_KEY
 from .qspecs import QuantSpecs
 
 aten = torch.ops.aten
@@ -223,8 +224,6 @@ def share_recurrent_states(graph, specs: QuantSpecs) -> None:
     """Every timestep of one recurrent state, and its initial value, share one observer, so
     the recurrence runs on one scale instead of drifting through per-step ones (and a zero
     initial state does not get a degenerate scale of its own)."""
-    from ..passes.aten._recurrent import STATE_KEY
-
     groups: dict[str, list[Node]] = {}
     for node in graph.nodes:
         ann = node.meta.get(KEY)

@@ -4,10 +4,16 @@ Which nodes the NPU runs is decided by the partitioner's own support checks (a
 ``Placement``), so each side gets the quantization its kernels need. Where an NPU node and a
 Cortex-M node meet, the consumer reuses the producer's observer: the tensor crossing the
 boundary has one set of parameters, and no requantization is inserted between the two.
+
+Without a placement, the quantizer decides one on a trial (``decide_placement``): it
+quantizes a copy of the graph with the NPU's rules alone, lowers it to Edge and asks the
+partitioner. The checks read shapes, arguments and graph structure, never quantization
+values, so synthetic inputs decide as well as calibration data does.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Iterable
 
 import torch
@@ -18,38 +24,54 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
+from ..graph_ids import NODE_ID, node_id, tag_nodes  # noqa: F401  (NODE_ID re-exported)
+from ..partition.placement import Placement, analyse_edge
+from ..pipeline import to_edge_program
+from ..targets import get_target
 from .annotators import KEY
 from .cortex_m import cortex_m_quantizer
-from .neutron_quantizer import NeutronQuantizer
+from .neutron_quantizer import NeutronQuantizer, quantize
 
 aten = torch.ops.aten
-
-NODE_ID = "mcu_npu_id"
-"""Key in ``node.meta["custom"]``: a node's name in the graph that was quantized. torch.export
-and ``to_edge`` carry ``custom`` metadata to every node an op becomes, so Edge nodes can be
-traced back to the ATen node their placement was decided for."""
 
 # the Cortex-M pattern matcher skips nodes already claimed by another quantizer
 _MATCHED = "quantizer_matched"
 
 
-def tag_nodes(model: GraphModule) -> GraphModule:
-    """Record each op node's name under ``NODE_ID`` (kept when already set)."""
+def synthetic_inputs(model: GraphModule, seed: int = 0) -> tuple:
+    """Deterministic inputs shaped like the graph's placeholders (their ``val`` metadata)."""
+    gen = torch.Generator().manual_seed(seed)
+    inputs = []
     for node in model.graph.nodes:
-        if node.op == "call_function":
-            node.meta.setdefault("custom", {}).setdefault(NODE_ID, node.name)
-    return model
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise ValueError(f"input {node.name} has no tensor metadata; export the model "
+                             "with torch.export before quantizing")
+        if val.dtype.is_floating_point:
+            inputs.append(torch.randn(tuple(val.shape), generator=gen).to(val.dtype))
+        else:
+            inputs.append(torch.zeros(tuple(val.shape), dtype=val.dtype))
+    return tuple(inputs)
 
 
-def node_id(node: Node) -> str | None:
-    return node.meta.get("custom", {}).get(NODE_ID)
+def decide_placement(model: GraphModule, target, excluded: Iterable[str] = (),
+                     npu_compiler: str = "auto") -> Placement:
+    """Trial: quantize a copy of ``model`` with the NPU's rules, lower it, check it."""
+    trial = copy.deepcopy(model)
+    inputs = synthetic_inputs(trial)
+    reference = quantize(trial, inputs, [inputs], NeutronQuantizer())
+    edge = to_edge_program(reference, inputs)
+    return Placement.from_analysis(analyse_edge(edge.exported_program(), target, excluded,
+                                                npu_compiler))
 
 
 class TargetQuantizer(Quantizer):
     """Composition of the NPU quantizer and the Cortex-M quantizer for one target.
 
     ``placement`` says which nodes the NPU runs; without one, ``annotate`` decides it with the
-    partitioner's checks on a trial quantization (see ``mcu_npu.partition.placement``).
+    partitioner's checks on a trial quantization (``decide_placement``).
     ``mcu_npu.compile`` passes the placement it already knows; the ExecuTorch recipes let the
     quantizer decide. Both give the same answer: the checks do not depend on calibration data.
     """
@@ -64,8 +86,6 @@ class TargetQuantizer(Quantizer):
         placement=None,
     ):
         super().__init__()
-        from ..targets import get_target
-
         self.target = get_target(target)
         self.is_qat = is_qat
         self.excluded = tuple(operators_not_to_delegate)
@@ -78,8 +98,6 @@ class TargetQuantizer(Quantizer):
 
     def annotate(self, model: GraphModule) -> GraphModule:
         if self.placement is None:
-            from ..partition.placement import decide_placement
-
             self.placement = decide_placement(model, self.target, self.excluded)
         on_npu: Callable[[Node], bool] = lambda n: self.placement.on_npu(node_id(n))
         NeutronQuantizer(is_qat=self.is_qat, node_filter=on_npu).annotate(model)

@@ -9,6 +9,7 @@ from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
 from .annotators import ANNOTATORS, packet_of, share_recurrent_states
+from .exact import to_float32, to_float64
 from .qspecs import QuantSpecs
 
 NodeFilter = Callable[[Node], bool]
@@ -126,8 +127,6 @@ def begin_float64_calibration(prepared: GraphModule) -> GraphModule:
     """``prepared`` (a ``prepare_pt2e`` result) computing in float64: parameters, buffers
     and observers in float64, float32 inputs cast on entry. A post-prepare pass for
     ExecuTorch's ``QuantizationRecipe``; ``end_float64_calibration`` undoes it."""
-    from .exact import to_float64
-
     to_float64(prepared)
     if getattr(prepared, _HOOK, None) is None:
         handle = prepared.register_forward_pre_hook(
@@ -138,8 +137,6 @@ def begin_float64_calibration(prepared: GraphModule) -> GraphModule:
 
 def end_float64_calibration(prepared: GraphModule) -> GraphModule:
     """Back to float32 after ``begin_float64_calibration`` (a pre-convert pass)."""
-    from .exact import to_float32
-
     handle = getattr(prepared, _HOOK, None)
     if handle is not None:
         handle.remove()

@@ -7,15 +7,14 @@ then the returned values. Out-variants write their `out` arguments in place, as 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import math
 import operator
-import sys
 from typing import Callable, NamedTuple, Sequence
 
 import torch
 
 from ..errors import InvalidProgramError
+from ..upstream_patches import import_cortex_m_ops
 
 Kernel = Callable[["Frame", Sequence[int]], None]
 
@@ -84,41 +83,12 @@ _NAMESPACE_MODULES = {
                              "executorch.exir.passes._quant_patterns_and_replacements"),
     "dim_order_ops": ("executorch.exir.passes.dim_order_ops_registry",),
 }
-_CORTEX_M_OPS = "executorch.backends.cortex_m.ops.operators"
-# Package __init__s on the import path of the Cortex-M ops that pull the optional Arm/TOSA stack.
-_CORTEX_M_HEAVY_PACKAGES = ("executorch.backends.cortex_m.passes",
-                            "executorch.backends.cortex_m.quantizer",
-                            "executorch.backends.arm.quantizer")
-
-
-def _import_cortex_m() -> None:
-    """Import the Cortex-M reference ops; if their packages' optional Arm/TOSA imports fail,
-    retry with those packages entered bare (their __init__ not run), then forget them."""
-    before = set(sys.modules)
-    try:
-        importlib.import_module(_CORTEX_M_OPS)
-        return
-    except Exception:  # ImportError without the TOSA tools; AttributeError with some versions
-        for name in set(sys.modules) - before:
-            if name.startswith("executorch.backends.cortex_m"):
-                del sys.modules[name]
-    bare = {}
-    for name in _CORTEX_M_HEAVY_PACKAGES:
-        if name not in sys.modules:
-            bare[name] = importlib.util.module_from_spec(importlib.util.find_spec(name))
-            sys.modules[name] = bare[name]
-    try:
-        importlib.import_module(_CORTEX_M_OPS)
-    finally:
-        for name, module in bare.items():
-            if sys.modules.get(name) is module:
-                del sys.modules[name]
 
 
 def _load_namespace(namespace: str) -> None:
     """Import the modules that register a namespace's ops, only when a program uses it."""
-    if namespace == "cortex_m":
-        _import_cortex_m()
+    if namespace == "cortex_m":  # with or without the optional Arm/TOSA stack
+        import_cortex_m_ops()
     for module in _NAMESPACE_MODULES.get(namespace, ()):
         importlib.import_module(module)
 

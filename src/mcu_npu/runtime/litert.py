@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-from ..tflite import TFLiteModel, input_array, output_array
+from ..tflite_model import TFLiteModel, input_array, output_array
 
 
 def interpreter(buffer: bytes) -> Interpreter:

@@ -30,7 +30,9 @@ import torch
 
 from ..device_io import neutron_layout, to_npu
 from ..errors import InvalidProgramError
-from ..payload import is_container, unpack_reference
+from ..npu import ethosu_payload as bin_stream
+from ..npu import neutron_payload as nxp
+from ..payload import host_graph_key, is_container, unpack_reference
 from .delegates import DeviceTensor
 from .litert import interpreter
 
@@ -47,8 +49,6 @@ def _prepared(digest: bytes, payload: bytes):
 
 def _graph(processed: bytes, named_data: dict[str, bytes]):
     """(TFLiteModel, meta, interpreter) of the partition graph behind a payload."""
-    from ..backend import host_graph_key
-
     payload = processed
     if not is_container(payload):
         kept = named_data.get(host_graph_key(payload))
@@ -102,8 +102,6 @@ def _vela_records(processed: bytes, model, interp) -> tuple[list[_Record], list[
             return _Record(math.prod(int(d) for d in detail["shape"]),
                            np.dtype(detail["dtype"]).itemsize)
         return [record(s) for s in model.inputs], [record(s) for s in model.outputs]
-    from ..npu import ethosu_payload as bin_stream
-
     stream = bin_stream.parse(processed)
     def records(ios):
         return [_Record(math.prod(io.shape), io.elem_size) for io in ios]
@@ -160,8 +158,6 @@ def _neutron_io(processed: bytes, model, meta) -> _NeutronIO:
         return _NeutronIO(tuple(formats["inputs"]), tuple(formats["outputs"]),
                           tuple(range(len(model.inputs))), tuple(range(len(model.outputs))),
                           len(model.inputs))
-    from ..npu import neutron_payload as nxp
-
     fields = nxp.parse(processed)
     return _NeutronIO(fields.input_formats, fields.output_formats, fields.input_map,
                       fields.output_map, fields.num_input_args)

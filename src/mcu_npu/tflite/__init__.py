@@ -1,7 +1,8 @@
 """Edge-dialect partitions -> TFLite int8 flatbuffers (NHWC, quantization parameters)."""
 
-from .converter import TFLiteModel, convert, input_array, output_array
-from .context import IOSpec
+from ..tflite_model import IOSpec, TFLiteModel, input_array, output_array
+from . import ops  # noqa: F401  (registers every converter with the registry)
+from .converter import convert
 from .describe import describe
 
 __all__ = ["convert", "TFLiteModel", "IOSpec", "describe", "input_array", "output_array"]

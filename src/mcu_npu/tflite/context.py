@@ -80,27 +80,6 @@ class Value:
         return len(self.shape)
 
 
-@dataclass(frozen=True)
-class IOSpec:
-    """How a partition input or output maps to a TFLite tensor.
-
-    ``perm``: the TFLite tensor is the PyTorch tensor permuted by it (the layout).
-    ``quantized_outside``: True when the partition's PyTorch side is float and the caller
-    quantizes (inputs) or dequantizes (outputs) with ``scale`` / ``zero_point``.
-    ``dim_order``: the dim order of the PyTorch tensor in the .pte (contiguous when None).
-    """
-
-    name: str
-    index: int
-    shape: tuple[int, ...]
-    perm: tuple[int, ...]
-    dtype: str
-    scale: float
-    zero_point: int
-    quantized_outside: bool
-    dim_order: tuple[int, ...] | None = None
-
-
 def window(base: Value, offsets, shape, tflite_shape) -> tuple[list[int], list[int]]:
     """STRIDED_SLICE begin / end (TFLite axes) of the window ``shape`` of ``base`` at
     ``offsets`` (PyTorch axes)."""

@@ -8,8 +8,6 @@ for float boundaries, the quantization the caller applies).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
@@ -17,10 +15,11 @@ from torch.fx import Node
 
 from ..device_io import choose_layout
 from ..errors import ConversionError, InvalidProgramError
+from ..tflite_model import IOSpec, TFLiteModel
 from . import layout
 from .args import shape_of
 from .builder import ModelBuilder
-from .context import OP, Context, IOSpec, Value, _is
+from .context import OP, Context, Value, _is
 from .ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE, aten
 from .registry import lookup
 
@@ -31,19 +30,6 @@ CHANNELS_LAST_OPS = {
     aten.avg_pool2d.default,
     aten._adaptive_avg_pool2d.default,
 }
-
-
-@dataclass(frozen=True)
-class TFLiteModel:
-    """A converted partition: the flatbuffer and how its inputs / outputs map to PyTorch.
-
-    ``op_origins[i]`` names the graph node TFLite operator ``i`` was converted from.
-    """
-
-    buffer: bytes
-    inputs: tuple[IOSpec, ...]
-    outputs: tuple[IOSpec, ...]
-    op_origins: tuple[str, ...] = ()
 
 
 def convert(program: ExportedProgram, target=None) -> TFLiteModel:
@@ -177,18 +163,3 @@ def _convert_quantize(ctx: Context, node: Node) -> None:
     ctx.op(OP.QUANTIZE, [ctx.tensor(value)], [out.tensor])
     ctx.values[node] = out
 
-
-def input_array(spec: IOSpec, tensor) -> np.ndarray:
-    """Turn a PyTorch input into the array the TFLite tensor expects (layout, quantization)."""
-    x = np.asarray(tensor.detach().cpu().numpy() if hasattr(tensor, "detach") else tensor)
-    if spec.quantized_outside:
-        x = np.clip(np.round(x / spec.scale) + spec.zero_point, -128, 127).astype(np.int8)
-    return np.ascontiguousarray(np.transpose(x, spec.perm)).astype(spec.dtype)
-
-
-def output_array(spec: IOSpec, data: np.ndarray) -> np.ndarray:
-    """Turn a TFLite output back into PyTorch layout (and dequantize float boundaries)."""
-    x = np.transpose(data, layout.inverse(spec.perm))
-    if spec.quantized_outside:
-        x = (x.astype(np.float32) - spec.zero_point) * np.float32(spec.scale)
-    return np.ascontiguousarray(x)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ..device_io import same_memory_order  # noqa: F401  (one definition, shared with the runtime)
+# one definition each, shared with the runtime
+from ..device_io import inverse, same_memory_order  # noqa: F401
 
 Perm = tuple[int, ...]
 
@@ -23,13 +24,6 @@ def channels_last(rank: int) -> Perm:
     if rank < 3:
         return identity(rank)
     return (0, *range(2, rank), 1)
-
-
-def inverse(perm: Perm) -> Perm:
-    inv = [0] * len(perm)
-    for i, p in enumerate(perm):
-        inv[p] = i
-    return tuple(inv)
 
 
 def permute_shape(shape, perm: Perm) -> tuple[int, ...]:

@@ -62,6 +62,5 @@ def converts(*targets, checks: tuple[Check, ...] = ()):
 
 
 def lookup(target) -> OpConverter | None:
-    from . import ops  # noqa: F401  (registers every converter)
-
+    """The converter of Edge op ``target`` (``mcu_npu.tflite`` imports them all), if any."""
     return REGISTRY.get(target)

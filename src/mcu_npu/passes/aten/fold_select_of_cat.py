@@ -22,19 +22,27 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from mcu_npu.errors import UnsupportedModelError
 from mcu_npu.passes.aten._recurrent import Emitter, cat_parts, finish, is_call, static_shape
 
 aten = torch.ops.aten
 
 
 def _foldable(node: Node) -> bool:
-    """A select of a cat whose every reader is a select."""
+    """A select of a cat whose every reader is a select, at an index inside the cat whose
+    pieces tile its axis (anything else is left as it is, for torch to judge)."""
     if not is_call(node, aten.select.int) or not is_call(node.args[0], aten.cat.default):
         return False
     cat = node.args[0]
-    pieces, _ = cat_parts(cat)
-    return all(isinstance(p, Node) for p in pieces) and \
-        all(is_call(u, aten.select.int) for u in cat.users)
+    pieces, cat_dim = cat_parts(cat)
+    if not (all(isinstance(p, Node) for p in pieces) and
+            all(is_call(u, aten.select.int) for u in cat.users)):
+        return False
+    shape = static_shape(cat)
+    size = shape[node.args[1] % len(shape)]
+    sizes = [static_shape(p) for p in pieces]
+    return -size <= node.args[2] < size and all(len(s) == len(shape) for s in sizes) and \
+        sum(s[cat_dim] for s in sizes) == shape[cat_dim]
 
 
 def _fold(gm: GraphModule, node: Node) -> tuple[Node, list[Node]]:
@@ -57,7 +65,8 @@ def _fold(gm: GraphModule, node: Node) -> tuple[Node, list[Node]]:
             inner = emit(aten.select.int, piece, dim, index)
             return inner, [inner]
         index -= size
-    raise AssertionError(f"{node.name}: index outside {cat.name}")
+    raise UnsupportedModelError(  # _foldable checked the index lies in one of the pieces
+        f"FoldSelectOfCat: {node.name} reads index {node.args[2]} outside {cat.name}")
 
 
 class FoldSelectOfCat(PassBase):

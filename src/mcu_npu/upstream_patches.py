@@ -1,0 +1,143 @@
+"""Where mcu-npu reaches into ExecuTorch or torch beyond their public API, in one place.
+
+Written against **executorch 1.5.1** and **torch 2.13** (``WRITTEN_AGAINST``). Each entry
+says what it relies on, why no supported way exists in those versions, and what would let
+it go; ``tests/test_upstream_patches.py`` exercises each one and checks the upstream
+attribute or behaviour it relies on, so an upgrade that changes it fails there first.
+
+* ``edge_program_from_core_aten`` -- ``to_edge`` for a program decomposed already (no
+  object is patched: it calls ExecuTorch's private ``_generate_edge_program``, which is
+  what ``to_edge`` runs after decomposing).
+* ``restrict_cortex_m_quantizer`` -- limits ``CortexMQuantizer``'s pattern quantizers to
+  some nodes by wrapping their ``node_finder`` attribute.
+* ``import_cortex_m_ops`` -- imports ExecuTorch's Cortex-M reference ops when their
+  packages' optional Arm/TOSA imports fail, by entering those packages in ``sys.modules``
+  without running their ``__init__``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from typing import Callable, Iterator
+
+from torch.fx import GraphModule, Node
+
+WRITTEN_AGAINST = {"executorch": "1.5.1", "torch": "2.13"}
+
+
+# --- to_edge without its decomposition re-trace ---------------------------------------------
+def edge_program_from_core_aten(ep, config):
+    """The ``EdgeProgramManager`` ``to_edge(ep, compile_config=config)`` gives, for an ``ep``
+    already decomposed with ``to_edge``'s table (``pipeline.core_aten_program``).
+
+    What: runs ``executorch.exir.program._program._generate_edge_program`` -- the step
+    ``to_edge`` runs after ``program.run_decompositions(table)`` -- and wraps the result as
+    ``to_edge`` does. With ``config._check_ir_validity`` False (``pipeline``'s config),
+    ``to_edge`` does nothing else.
+
+    Why: ``run_decompositions`` always re-traces the whole program on fake tensors, even
+    when no op in it decomposes, and an unrolled recurrent graph holds thousands of nodes.
+    ``to_edge`` has no argument to skip it (nor has ``to_edge_transform_and_lower``, whose
+    ``run_decompositions({})`` re-traces too), and torch has no short cut for an empty
+    decomposition. This replaced assigning ``ep.run_decompositions = lambda ...: ep`` before
+    calling ``to_edge``. It goes when ``to_edge`` can take a decomposed program as it is.
+    """
+    from executorch.exir import EdgeProgramManager
+    from executorch.exir.program._program import _generate_edge_program
+
+    edge = _generate_edge_program(config, ep, preserve_ops=list(config.preserve_ops))
+    return EdgeProgramManager({"forward": edge}, None, config)
+
+
+# --- the Cortex-M quantizer on a subset of nodes ---------------------------------------------
+NodeFilter = Callable[[Node], bool]
+
+
+class FilteredNodeFinder:
+    """A node finder that yields only the nodes ``keep`` accepts from another finder."""
+
+    def __init__(self, inner, keep: NodeFilter):
+        self.inner = inner
+        self.keep = keep
+
+    def find_nodes(self, model: GraphModule) -> Iterator[Node]:
+        return (n for n in self.inner.find_nodes(model) if self.keep(n))
+
+    def __repr__(self) -> str:
+        return f"{self.inner!r}, restricted to the CPU's nodes"
+
+
+def restrict_cortex_m_quantizer(quantizer, keep: NodeFilter):
+    """``quantizer`` (a ``CortexMQuantizer``) with each of its pattern quantizers finding
+    only the nodes ``keep`` accepts; returns ``quantizer``.
+
+    What: replaces the ``node_finder`` attribute of every sub-quantizer that has one (the
+    ``PatternQuantizer`` for convolutions, ``NodeTargetNodeFinder``, and the one for the
+    other ops, ``GlobalNodeFinder``) by a ``FilteredNodeFinder`` around it.
+    ``PatternQuantizer.annotate`` reads ``self.node_finder.find_nodes(model)``.
+
+    Why: ``CortexMQuantizer.__init__`` builds its node finders itself and takes none (its
+    only arguments are ``per_tensor_config`` and ``use_explicit_layout``). Building the
+    pattern quantizers ourselves needs ``executorch.backends.arm`` classes, which mcu-npu
+    must not import. Upstream's own exclusion mark, ``quantizer_matched`` in a node's meta
+    (set on the NPU's nodes by ``composed.TargetQuantizer``), is not the same: the finder
+    still yields the skipped nodes, so placeholders and the output node get Cortex-M
+    annotations, and an NPU node between two CPU nodes in graph order breaks a pattern
+    (conv + relu) the CPU nodes form. It goes when the quantizer takes a node filter.
+    """
+    for sub in quantizer.quantizers:
+        finder = getattr(sub, "node_finder", None)
+        if finder is not None:
+            sub.node_finder = FilteredNodeFinder(finder, keep)
+    return quantizer
+
+
+# --- the Cortex-M reference ops without the Arm/TOSA stack -----------------------------------
+CORTEX_M_OPS = "executorch.backends.cortex_m.ops.operators"
+# Package __init__s on the import path of the Cortex-M ops that pull the optional Arm/TOSA stack:
+# ops.operators imports cortex_m.passes.passes_utils (the passes package's __init__ imports
+# every pass, and through them the Arm backend) and cortex_m.quantizer.quantization_configs
+# (which imports arm.quantizer.*; arm.quantizer's __init__ imports the TOSA quantizers).
+CORTEX_M_HEAVY_PACKAGES = ("executorch.backends.cortex_m.passes",
+                           "executorch.backends.cortex_m.quantizer",
+                           "executorch.backends.arm.quantizer")
+
+
+def import_cortex_m_ops() -> None:
+    """Import ExecuTorch's Cortex-M reference ops (registering ``torch.ops.cortex_m``), with or
+    without a working Arm/TOSA stack.
+
+    What: tries a plain import first. If that fails, it forgets the half-imported Cortex-M
+    modules, enters each package of ``CORTEX_M_HEAVY_PACKAGES`` not imported yet in
+    ``sys.modules`` as a bare module (its ``__init__`` not run, so its submodules still
+    import from its directory), imports the ops, then removes the bare packages again, so a
+    later real import of them runs their ``__init__``.
+
+    Why: the ops module needs only two light helper modules, but they sit in packages whose
+    ``__init__`` imports the whole Arm backend and the TOSA tools, optional dependencies
+    the host runtime does not otherwise need (ImportError without them; AttributeError
+    with some versions of them). Neither ExecuTorch nor torch offers another way to
+    register the ``cortex_m`` ops (no prebuilt op library ships with the wheel). It goes
+    when ``executorch.backends.cortex_m.ops`` imports without those packages.
+    """
+    before = set(sys.modules)
+    try:
+        importlib.import_module(CORTEX_M_OPS)
+        return
+    except Exception:  # ImportError without the TOSA tools; AttributeError with some versions
+        for name in set(sys.modules) - before:
+            if name.startswith("executorch.backends.cortex_m"):
+                del sys.modules[name]
+    bare = {}
+    for name in CORTEX_M_HEAVY_PACKAGES:
+        if name not in sys.modules:
+            bare[name] = importlib.util.module_from_spec(importlib.util.find_spec(name))
+            sys.modules[name] = bare[name]
+    try:
+        importlib.import_module(CORTEX_M_OPS)
+    finally:
+        for name, module in bare.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]

@@ -1,0 +1,202 @@
+"""Each entry of ``mcu_npu.upstream_patches`` works, and what it relies on upstream is still
+there: a test here failing after an ExecuTorch or torch upgrade says which workaround to
+re-check (or to drop, when upstream now offers a supported way)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import inspect
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from executorch.exir import to_edge
+from torch import nn
+
+from mcu_npu import upstream_patches
+from mcu_npu.pipeline import core_aten_program, edge_compile_config, export_module
+from mcu_npu.quantization import NeutronQuantizer, quantize
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+@pytest.mark.parametrize("package", ["executorch", "torch"])
+def test_written_against_the_installed_versions(package):
+    installed = importlib.metadata.version(package)
+    assert _major_minor(installed) == _major_minor(upstream_patches.WRITTEN_AGAINST[package]), (
+        f"{package} {installed} is installed, upstream_patches was written against "
+        f"{upstream_patches.WRITTEN_AGAINST[package]}: re-check each workaround there (and the "
+        "tests below), then update WRITTEN_AGAINST")
+
+
+# --- edge_program_from_core_aten ----------------------------------------------------------
+def _undecorated(fn):
+    """The function ExecuTorch's ``et_logger`` decorator wraps (it sets no ``__wrapped__``)."""
+    fn = inspect.unwrap(fn)
+    inner = [c.cell_contents for c in fn.__closure__ or () if inspect.isfunction(c.cell_contents)]
+    return inner[0] if fn.__name__ == "wrapper" and len(inner) == 1 else fn
+
+
+def test_to_edge_still_decomposes_then_generates_the_edge_program():
+    """What ``edge_program_from_core_aten`` reproduces: ``to_edge`` runs the decomposition,
+    then ``_generate_edge_program(config, program, preserve_ops=...)``, and takes no way to
+    skip the decomposition."""
+    from executorch.exir.program import _program
+
+    to_edge_fn = _undecorated(_program.to_edge)
+    source = inspect.getsource(to_edge_fn)
+    assert "program.run_decompositions(table)" in source
+    assert "_generate_edge_program(" in source and "preserve_ops=preserve_ops" in source
+    params = inspect.signature(to_edge_fn).parameters
+    assert list(params) == ["programs", "constant_methods", "compile_config", "generate_etrecord"]
+    params = inspect.signature(_program._generate_edge_program).parameters
+    assert list(params)[:2] == ["config", "program"] and "preserve_ops" in params
+    assert "core_aten_ops_exception_list" in inspect.signature(
+        _program.EdgeProgramManager.__init__).parameters
+
+
+class ScalarAsTensor(nn.Module):  # a graph to_edge_in_place leaves to to_edge's passes
+    def forward(self, x):
+        return torch.ops.aten.add.Tensor(x, 2) * x
+
+
+class ConvRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).mean(-1)
+
+
+def _targets(edge):
+    return [str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize("model, shape, quantized", [(ScalarAsTensor(), (2, 3), False),
+                                                     (ConvRelu(), (1, 3, 6, 6), True)])
+def test_edge_program_from_core_aten_is_what_to_edge_gives(model, shape, quantized):
+    x = (torch.randn(shape),)
+    gm = export_module(model.eval(), x)
+    if quantized:
+        gm = quantize(gm, x, [x], NeutronQuantizer())
+    config = edge_compile_config()
+    ep = core_aten_program(gm, x, config)
+    expected = to_edge(copy.deepcopy(ep), compile_config=config)
+    got = upstream_patches.edge_program_from_core_aten(ep, config)
+    assert type(got) is type(expected) and got.methods == {"forward"}
+    assert _targets(got) == _targets(expected)
+    assert not any(t.startswith("aten.") for t in _targets(got))  # Edge ops only
+    torch.testing.assert_close(got.exported_program().module()(*x),
+                               expected.exported_program().module()(*x), rtol=0, atol=0)
+
+
+# --- restrict_cortex_m_quantizer ----------------------------------------------------------
+def _cortex_m_quantizer():
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+
+    return CortexMQuantizer(use_explicit_layout=True)
+
+
+def test_cortex_m_quantizer_takes_no_node_filter_and_exposes_node_finders():
+    """The reason for the patch (the constructor takes no finder or filter) and what it
+    patches (sub-quantizers' ``node_finder``, read by ``annotate``)."""
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+
+    assert list(inspect.signature(CortexMQuantizer.__init__).parameters) == \
+        ["self", "per_tensor_config", "use_explicit_layout"], \
+        "CortexMQuantizer's arguments changed: can it take a node filter now?"
+    finders = [sub.node_finder for sub in _cortex_m_quantizer().quantizers
+               if hasattr(sub, "node_finder")]
+    assert len(finders) == 2  # convolutions, everything else
+    for finder in finders:
+        assert list(inspect.signature(finder.find_nodes).parameters) == ["model"]
+    pattern_quantizer = type(next(s for s in _cortex_m_quantizer().quantizers
+                                  if hasattr(s, "node_finder")))
+    assert "self.node_finder.find_nodes(model)" in inspect.getsource(pattern_quantizer.annotate)
+
+
+def _annotated(keep) -> set[str]:
+    from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
+
+    class ConvLinear(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+    x = (torch.randn(1, 3, 6, 6),)
+    quantizer = _cortex_m_quantizer()
+    gm = quantizer.transform_for_annotation(export_module(ConvLinear().eval(), x))
+    upstream_patches.restrict_cortex_m_quantizer(quantizer, keep)
+    assert all(isinstance(s.node_finder, upstream_patches.FilteredNodeFinder)
+               for s in quantizer.quantizers if hasattr(s, "node_finder"))
+    quantizer.annotate(gm)
+    return {str(n.target).split(".")[1] for n in gm.graph.nodes if n.op == "call_function"
+            and getattr(n.meta.get(Q_ANNOTATION_KEY), "_annotated", False)}
+
+
+def test_restricted_cortex_m_quantizer_annotates_only_the_kept_nodes():
+    everything = _annotated(lambda n: True)
+    assert {"conv2d", "linear"} <= everything
+    assert _annotated(lambda n: False) == set()
+    only_linear = _annotated(lambda n: n.target == torch.ops.aten.linear.default)
+    assert "linear" in only_linear and "conv2d" not in only_linear
+
+
+# --- import_cortex_m_ops -------------------------------------------------------------------
+def test_cortex_m_ops_import_through_the_heavy_packages():
+    """The ops module still needs helpers that sit in the packages entered bare."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(upstream_patches.CORTEX_M_OPS)
+    tree = ast.parse(open(spec.origin).read())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert {"executorch.backends.cortex_m.passes.passes_utils",
+            "executorch.backends.cortex_m.quantizer.quantization_configs"} <= imported
+    for package in upstream_patches.CORTEX_M_HEAVY_PACKAGES:
+        assert importlib.util.find_spec(package).submodule_search_locations
+
+
+def test_cortex_m_ops_import_with_the_tosa_tools():
+    upstream_patches.import_cortex_m_ops()
+    assert torch.ops.cortex_m.quantized_add.default is not None
+
+
+WITHOUT_TOSA = textwrap.dedent("""
+    import importlib, sys
+    sys.modules["tosa_serializer"] = None  # as if the TOSA tools were not installed
+    sys.modules["tosa"] = None
+    try:
+        importlib.import_module("executorch.backends.cortex_m.ops.operators")
+        print("plain import: ok")
+    except ImportError as exc:
+        print("plain import: ImportError")
+    for name in list(sys.modules):
+        if name.startswith("executorch.backends.cortex_m"):
+            del sys.modules[name]
+    from mcu_npu.upstream_patches import CORTEX_M_HEAVY_PACKAGES, import_cortex_m_ops
+    import_cortex_m_ops()
+    import torch
+    print("op:", torch.ops.cortex_m.quantized_add.default)
+    print("bare packages left:", [n for n in CORTEX_M_HEAVY_PACKAGES if n in sys.modules])
+""")
+
+
+def test_cortex_m_ops_import_without_the_tosa_tools():
+    r = subprocess.run([sys.executable, "-c", WITHOUT_TOSA], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "plain import: ImportError" in r.stdout, \
+        "the Cortex-M ops import without the TOSA tools now: drop import_cortex_m_ops' stub\n" \
+        + r.stdout
+    assert "op: cortex_m.quantized_add.default" in r.stdout, r.stdout
+    assert "bare packages left: []" in r.stdout, r.stdout
