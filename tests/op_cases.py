@@ -93,6 +93,8 @@ CASES = [
     ("sigmoid", lambda: nn.Sigmoid(), [(2, 3, 7)]),
     ("tanh", lambda: nn.Tanh(), [(3, 11)]),
     ("hardswish", lambda: nn.Hardswish(), [(2, 5, 3)]),
+    ("hardsigmoid", lambda: nn.Hardsigmoid(), [(2, 5, 3)]),
+    ("hardsigmoid_4d", lambda: nn.Hardsigmoid(), [(1, 6, 5, 7)]),
     ("softmax_last", lambda: nn.Softmax(dim=-1), [(3, 10)]),
     ("softmax_channels", lambda: nn.Softmax(dim=1), [(2, 5, 3, 3)]),
     ("max_pool2d", lambda: nn.MaxPool2d(2), [(2, 3, 8, 6)]),

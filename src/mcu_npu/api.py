@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -17,11 +16,11 @@ from .errors import ConfigError, InputError, InvalidProgramError, stage
 from .npu import COMPILER_NAMES
 from .backend import keep_interfaces_only, use_device_ids
 from .cortex_m import cortex_m_core, is_cortex_m, lower_to_cortex_m
-from .partition import NpuPartitioner, SupportAnalysis
-from .partition.placement import Placement
+from .partition import NpuPartitioner
+from .partition.plan import Plan, PlanOptions, plan_program
 from .pipeline import default_aten_passes, export_module, to_edge_program
 from .quantization import NeutronQuantizer, quantize, quantize_qat
-from .quantization.composed import TargetQuantizer, node_id
+from .quantization.composed import TargetQuantizer, node_id, trial
 from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, check_io, node_macs
 from .targets import get_target
 
@@ -224,25 +223,27 @@ def _compile(model, example_inputs, target, calibration, npu_compiler,
     with stage("rewriting the model for quantization"):
         graph = TargetQuantizer(tgt, aten_passes=default_aten_passes(tgt)) \
             .transform_for_annotation(graph)
-    partitioner = NpuPartitioner(tgt, excluded, npu_compiler)
+    options = PlanOptions(excluded, npu_compiler)
     if train_fn is None:
-        reference, edge = _quantize_ptq(graph, example_inputs, _progress(samples, progress),
-                                        tgt, partitioner)
+        reference, edge, decided = _quantize_ptq(graph, example_inputs,
+                                                 _progress(samples, progress), tgt, options)
     else:
-        quantizer = TargetQuantizer(tgt, is_qat=True, operators_not_to_delegate=excluded) \
+        quantizer = TargetQuantizer(tgt, is_qat=True, operators_not_to_delegate=excluded,
+                                    npu_compiler=npu_compiler) \
             if cortex_m_core(tgt) else NeutronQuantizer(is_qat=True)
         with stage("quantization-aware training", _QAT_HINT):
             reference = quantize_qat(graph, example_inputs, _progress(samples, progress),
                                      train_fn, quantizer)
-        partitioner.placement = getattr(quantizer, "placement", None)
         with stage(_TO_EDGE):
             edge = to_edge_program(reference, example_inputs)
-    edge = lower(edge, partitioner, tgt)
+        decided = options
+    decided = plan_edge(edge, tgt, decided)
+    edge = lower(edge, decided, tgt)
     io_params = {}
     if io == "int8":
         edge, io_params = quantize_io(edge)
     with stage("writing the compile report"):
-        report = build_report(tgt.name, partitioner, edge)
+        report = build_report(decided, edge)
         report.io = io_params
         report.accuracy = {}
         edge._named_data_store.add_named_data(REPORT_KEY, report.to_json().encode())
@@ -261,41 +262,47 @@ _QUANTIZE_HINT = "change how the model uses {op}, or report it"
 _TO_EDGE = "converting the quantized model to the Edge dialect"
 
 
-def _quantize_ptq(graph, example_inputs, samples, target, partitioner):
-    """PTQ with the NPU's rules; where the NPU leaves ops to a Cortex-M CPU, quantize again
-    with the composed quantizer so those ops get the Cortex-M rules. Returns (reference,
-    Edge program) and leaves the placement in ``partitioner``."""
+def _quantize_ptq(graph, example_inputs, samples, target, options: PlanOptions):
+    """PTQ with the NPU's rules, which is the plan's trial; where the plan leaves ops to a
+    Cortex-M CPU, quantize again with the composed quantizer so those ops get the Cortex-M
+    rules. Returns (reference, Edge program, the plan)."""
     samples = list(samples)
     fallback = cortex_m_core(target) is not None
-    trial = copy.deepcopy(graph) if fallback else graph
-    with stage("quantizing and calibrating", _QUANTIZE_HINT):
-        reference = quantize(trial, example_inputs, samples, NeutronQuantizer())
-    with stage(_TO_EDGE):
-        edge = to_edge_program(reference, example_inputs)
-    if not fallback:
-        return reference, edge
-    with stage("deciding what the NPU runs", _exclude_hint):
-        program = edge.exported_program()
-        rejected = partitioner.refine(program)
-        placement = Placement.from_analysis(
-            SupportAnalysis(program, target, partitioner.excluded, rejected))
-    if not placement.cpu:
-        return reference, edge
-    partitioner.placement = placement
+    stages = {"quantize": lambda: stage("quantizing and calibrating", _QUANTIZE_HINT),
+              "edge": lambda: stage(_TO_EDGE),
+              "check": lambda: stage("deciding what the NPU runs" if fallback
+                                     else "delegating to the NPU", _exclude_hint)}
+    decided, reference, edge = trial(graph, target, replace(options, calibration=samples),
+                                     graph_in_place=not fallback,
+                                     example_inputs=example_inputs, stages=stages)
+    if not fallback or not decided.placement.cpu:
+        return reference, edge, decided
     with stage("quantizing for the NPU and the Cortex-M kernels", _exclude_hint):
         reference = quantize(graph, example_inputs, samples,
-                             TargetQuantizer(target, placement=placement))
+                             TargetQuantizer(target, plan=decided))
     with stage(_TO_EDGE):
-        return reference, to_edge_program(reference, example_inputs)
+        return reference, to_edge_program(reference, example_inputs), decided
 
 
-def lower(edge, partitioner, target=None):
-    """Delegate the NPU partitions; on a target with a Cortex-M CPU the rest runs as its int8
-    kernels."""
+def plan_edge(edge, target, decided: Plan | PlanOptions) -> Plan:
+    """The plan of the Edge program about to be lowered: ``decided`` when it describes that
+    program, else the program planned now (with the placement the composed quantizer
+    stamped on it). Planned here, on the real weights, because ExecuTorch hands
+    partitioners a copy with fake ones."""
     with stage("delegating to the NPU", _exclude_hint):
-        if partitioner.refined is not edge.exported_program():
-            partitioner.refine(edge.exported_program())
-        edge = edge.to_backend(partitioner)
+        program = edge.exported_program()
+        if isinstance(decided, Plan):
+            if decided.describes(program):
+                return decided
+            decided = decided.options
+        return plan_program(program, target, decided)
+
+
+def lower(edge, plan: Plan, target=None):
+    """Delegate the NPU partitions of ``plan`` (``plan_edge``); on a target with a Cortex-M
+    CPU the rest runs as its int8 kernels."""
+    with stage("delegating to the NPU", _exclude_hint):
+        edge = edge.to_backend(NpuPartitioner(plan=plan))
         for method in edge.methods:
             keep_interfaces_only(edge.exported_program(method))
     core = cortex_m_core(target) if target is not None else None
@@ -336,34 +343,30 @@ def to_executorch(edge) -> bytes:
         return bytes(edge.to_executorch().buffer)
 
 
-def build_report(target: str, partitioner: NpuPartitioner, edge) -> Report:
-    """Placement of every compute op and the per-partition compiler output."""
+def build_report(plan: Plan, edge) -> Report:
+    """Placement of every compute op (``plan``, the plan ``edge`` was lowered with) and the
+    per-partition compiler output."""
     infos = _delegate_infos(edge)
-    where = {}
-    for k, tag in enumerate(partitioner.partitions):
-        for name in partitioner.partitions[tag]:
-            where[name] = k
-    cpu_kernels = _cpu_kernels(edge) if cortex_m_core(partitioner.target) else {}
+    cpu_kernels = _cpu_kernels(edge) if cortex_m_core(plan.target) else {}
     ops = []
-    for name, v in partitioner.verdicts.items():
-        k = where.get(name)
-        macs = partitioner.macs.get(name, 0)
-        if k is not None:
-            ops.append(OpPlacement(name, v.op, f"NPU partition {k}", "npu", "", macs))
+    for n in plan.nodes:
+        if n.partition is not None:
+            ops.append(OpPlacement(n.node, n.op, f"NPU partition {n.partition}", "npu", "",
+                                   n.macs))
             continue
-        reason = v.reason or "its neighbours left no NPU partition worth making"
-        kernel = cpu_kernels.get(partitioner.node_ids.get(name), "float")
-        ops.append(OpPlacement(name, v.op, _CPU_PLACES[kernel],
+        reason = n.verdict.reason or "its neighbours left no NPU partition worth making"
+        kernel = cpu_kernels.get(n.ident, "float")
+        ops.append(OpPlacement(n.node, n.op, _CPU_PLACES[kernel],
                                "portable" if kernel in ("float", "int8") else "cortex-m",
-                               reason, macs))
+                               reason, n.macs))
     parts = [
-        PartitionInfo(k, partitioner.partitions[tag], info.get("compiler", "?"),
-                      info.get("tflite_ops", []), info.get("stats", {}))
-        for k, (tag, info) in enumerate(zip(partitioner.partitions, infos))
+        PartitionInfo(k, list(names), info.get("compiler", "?"), info.get("tflite_ops", []),
+                      info.get("stats", {}))
+        for k, (names, info) in enumerate(zip(plan.partitions, infos))
     ]
     compilers = sorted({p.compiler for p in parts}) or ["none"]
     notes = [n for info in infos for n in info.get("notes", [])]
-    return Report(target, "+".join(compilers), ops, parts, notes=notes)
+    return Report(plan.target.name, "+".join(compilers), ops, parts, notes=notes)
 
 
 _CPU_PLACES = {

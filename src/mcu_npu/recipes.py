@@ -87,12 +87,14 @@ def neutron_recipe(
                           "fake-quantized GraphModule it is given")
     excluded = tuple(operators_not_to_delegate)
     if cortex_m:
+        # plans each model it annotates and stamps the plan on the graph, where the
+        # partitioner (planning the Edge program it is given) reads it
         quantizer = TargetQuantizer(tgt, is_qat=is_qat, operators_not_to_delegate=excluded,
+                                    npu_compiler=npu_compiler,
                                     aten_passes=default_aten_passes(tgt))
     else:
         quantizer = NeutronQuantizer(is_qat=is_qat, aten_passes=default_aten_passes(tgt))
     partitioner = NeutronPartitioner(tgt, excluded, npu_compiler)
-    partitioner.placement_source = quantizer  # the placement the quantizer decided
     samples = None if calibration is None else [tuple(s) if isinstance(s, (list, tuple))
                                                 else (s,) for s in calibration]
     return ExportRecipe(

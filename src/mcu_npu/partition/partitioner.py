@@ -1,8 +1,9 @@
 """The NPU partitioner: tags the Edge nodes the NPU runs, keeping each quantized compute node
-together with its quantize / dequantize nodes, and records why every other compute node
-stays on the CPU. Where the NPU compiler can refuse operators on its own (Vela), every
-proposed partition is converted and checked with it, and refused nodes leave the NPU before
-partitioning again, so no partition reaches the compiler that it would reject."""
+together with its quantize / dequantize nodes; the decision, with why every other compute
+node stays on the CPU, is a ``partition.plan.Plan``. Where the NPU compiler can refuse
+operators on its own (Vela), every proposed partition is converted and checked with it
+(``refine``), and refused nodes leave the NPU before partitioning again, so no partition
+reaches the compiler that it would reject."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Iterable
 
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -21,15 +23,13 @@ from torch._subclasses.fake_tensor import FakeTensor
 from ..backend import backend_for
 from ..compile_spec import NpuCompileSpec
 from ..errors import ConfigError, UnsupportedModelError
-from ..graph_ids import node_id
-from ..macs import node_macs
 from ..npu.vela_support import vela_rejections
 from ..targets import Target, get_target
 from ..tflite import convert
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
 from ..tflite.registry import PRESERVED_ATEN_OPS
 from .subgraph import partition_view
-from .support import SupportAnalysis, Verdict
+from .support import SupportAnalysis
 
 TAG = "mcu_npu_"
 MAX_REFINEMENTS = 8
@@ -130,13 +130,53 @@ def compiler_check(target: Target):
     return check
 
 
+def refine(program: ExportedProgram, target: Target, excluded: Iterable[str] = (),
+           npu_compiler: str = "auto", placement=None) -> dict[str, str]:
+    """Ask the NPU compiler's own check about every proposed partition until it accepts them
+    all; returns node name -> the compiler's reason for the rest.
+
+    Needs the program's real weights: ExecuTorch hands partitioners a copy whose constants
+    are fake, so plan the Edge program before ``to_backend`` (``partition.plan``;
+    ``mcu_npu.compile`` does).
+    """
+    uses_vendor = npu_compiler in ("auto", target.npu.vendor_compiler)
+    check = compiler_check(target) if uses_vendor else None
+    rejected: dict[str, str] = {}
+    for _ in range(MAX_REFINEMENTS if check is not None else 0):
+        analysis = SupportAnalysis(program, target, excluded, rejected, placement)
+        found = {}
+        for group in propose(program, analysis):
+            view = partition_view(program, group)
+            if any(isinstance(t, FakeTensor) for t in view.state_dict.values()):
+                raise ConfigError(
+                    f"{target.name}: plan the Edge program before to_backend "
+                    "(NpuPartitioner(plan=mcu_npu.partition.plan.plan_program(edge_program, "
+                    "target))) so the NPU compiler can check partitions with real weights")
+            found.update(check(convert(view, target), target))
+        if not found:
+            break
+        rejected.update(found)
+    else:
+        if check is not None:
+            raise UnsupportedModelError(
+                f"NPU partitioning did not settle on {target.name}: after "
+                f"{MAX_REFINEMENTS} rounds of moving the nodes "
+                f"{target.npu.vendor_compiler} refuses to the CPU, it still refuses "
+                f"{', '.join(sorted(found))}. To work around it, keep these nodes (or "
+                "their ops) on the CPU with operators_not_to_delegate=[...] (CLI: "
+                "--exclude), or compile with npu_compiler='reference' to check the model "
+                "on the host without the vendor compiler; please report this model")
+    return rejected
+
+
 class NpuPartitioner(Partitioner):
     """Delegates to the target's NPU what its converter, its limits and its compiler accept.
 
     ``operators_not_to_delegate``: op names (``"aten.convolution"`` or ``"convolution"``) or
-    node names kept on the CPU; ``"*"`` keeps every op there. ``placement`` (decided before
-    quantization, see ``partition.placement``) keeps its CPU nodes there with its reasons. After ``partition`` runs, ``verdicts`` maps node names to
-    the placement decision and ``partitions`` maps each tag to its compute node names.
+    node names kept on the CPU; ``"*"`` keeps every op there. ``plan`` (``partition.plan``)
+    is the decision for the Edge program it describes; any other program (or without a
+    plan) is planned where it is given, with the placement the composed quantizer stamped on
+    it. The partitioner keeps no state: ``plan_for(program)`` says what ``partition`` does.
     """
 
     default_target = "imxrt700"
@@ -146,91 +186,70 @@ class NpuPartitioner(Partitioner):
         target: str | Target | None = None,
         operators_not_to_delegate: Iterable[str] = (),
         npu_compiler: str = "auto",
-        placement=None,
+        *,
+        plan=None,
     ):
+        from .plan import PlanOptions
+
+        if plan is not None:
+            if target is not None and get_target(target) != plan.target:
+                raise ConfigError(f"the plan is for {plan.target.name}, not "
+                                  f"{get_target(target).name}")
+            if tuple(operators_not_to_delegate) or npu_compiler != "auto":
+                raise ConfigError("give operators_not_to_delegate and npu_compiler either to "
+                                  "the partitioner or to its plan (PlanOptions), not both")
+            target, options = plan.target, plan.options
+        else:
+            options = PlanOptions(tuple(operators_not_to_delegate), npu_compiler)
         self.target = get_target(target or self.default_target)
-        self.excluded = tuple(operators_not_to_delegate)
-        spec = NpuCompileSpec(target=self.target.name, npu_compiler=npu_compiler)
+        self.options = options
+        self.plan = plan
+        spec = NpuCompileSpec(target=self.target.name, npu_compiler=options.npu_compiler)
         backend = backend_for(self.target.npu.kind)  # ExecuTorch finds it by class name
         self.delegation_spec = DelegationSpec(backend.__name__, spec.to_compile_specs())
-        self.npu_compiler = npu_compiler
-        self.placement = placement
-        self.placement_source = None  # e.g. a TargetQuantizer that decides ``placement`` later
-        self.verdicts: dict[str, Verdict] = {}
-        self.partitions: dict[str, list[str]] = {}
-        self.macs: dict[str, int] = {}
-        self.node_ids: dict[str, str | None] = {}  # Edge node name -> ATen node id
-        self.compiler_rejections: dict[str, str] | None = None
-        self.partitioned = False
-        self.refined: ExportedProgram | None = None  # the program ``refine`` last checked
+
+    @property
+    def excluded(self) -> tuple[str, ...]:
+        return self.options.operators_not_to_delegate
+
+    @property
+    def npu_compiler(self) -> str:
+        return self.options.npu_compiler
+
+    def plan_for(self, program: ExportedProgram):
+        """The plan for ``program``: the given one when it describes this program, else the
+        program planned now (``plan.plan_program``)."""
+        from .plan import plan_program
+
+        if self.plan is not None and self.plan.describes(program):
+            return self.plan
+        return plan_program(program, self.target, self.options)
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
-        if self.placement is None and self.placement_source is not None:
-            self.placement = getattr(self.placement_source, "placement", None)
-        if self.compiler_rejections is None:
-            self.refine(exported_program)
-        analysis = SupportAnalysis(exported_program, self.target, self.excluded,
-                                   self.compiler_rejections, self.placement)
-        groups = propose(exported_program, analysis)
-        tags = {}
-        for group in groups:
-            tag = f"{TAG}{len(tags)}"
-            for node in group:
-                node.meta["delegation_tag"] = tag
-            tags[tag] = self.delegation_spec
-            self.partitions[tag] = [n.name for n in group if n in analysis.verdicts]
+        plan = self.plan_for(exported_program)
+        tag_of = {name: f"{TAG}{k}" for k, names in enumerate(plan.members) for name in names}
+        for node in exported_program.graph.nodes:
+            if node.name in tag_of:
+                node.meta["delegation_tag"] = tag_of[node.name]
+        tags = {f"{TAG}{k}": self.delegation_spec for k in range(len(plan.members))}
         tag_constant_data(exported_program)
-        self.verdicts = {n.name: v for n, v in analysis.verdicts.items()}
-        self.node_ids = {n.name: node_id(n) for n in analysis.verdicts}
-        self.macs = {n.name: node_macs(n) for n in analysis.verdicts}
-        self.partitioned = True
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
 
     def refine(self, program: ExportedProgram) -> dict[str, str]:
-        """Ask the NPU compiler's own check about every proposed partition until it accepts
-        them all; returns (and keeps) node name -> the compiler's reason for the rest.
+        """The NPU compiler's refusals for ``program`` (``partitioner.refine``); nothing is
+        kept."""
+        from .placement import Placement
 
-        Needs the program's real weights: ExecuTorch hands partitioners a copy whose constants
-        are fake, so call this on the Edge program before ``to_backend`` (``mcu_npu.compile``
-        does).
-        """
-        uses_vendor = self.npu_compiler in ("auto", self.target.npu.vendor_compiler)
-        check = compiler_check(self.target) if uses_vendor else None
-        rejected: dict[str, str] = {}
-        for _ in range(MAX_REFINEMENTS if check is not None else 0):
-            analysis = SupportAnalysis(program, self.target, self.excluded, rejected,
-                                       self.placement)
-            found = {}
-            for group in propose(program, analysis):
-                view = partition_view(program, group)
-                if any(isinstance(t, FakeTensor) for t in view.state_dict.values()):
-                    raise ConfigError(
-                        f"{self.target.name}: call partitioner.refine(edge_program) before "
-                        "to_backend so the NPU compiler can check partitions with real weights")
-                found.update(check(convert(view, self.target), self.target))
-            if not found:
-                break
-            rejected.update(found)
-        else:
-            if check is not None:
-                raise UnsupportedModelError(
-                    f"NPU partitioning did not settle on {self.target.name}: after "
-                    f"{MAX_REFINEMENTS} rounds of moving the nodes "
-                    f"{self.target.npu.vendor_compiler} refuses to the CPU, it still refuses "
-                    f"{', '.join(sorted(found))}. To work around it, keep these nodes (or "
-                    "their ops) on the CPU with operators_not_to_delegate=[...] (CLI: "
-                    "--exclude), or compile with npu_compiler='reference' to check the model "
-                    "on the host without the vendor compiler; please report this model")
-        self.compiler_rejections = rejected
-        self.refined = program
-        return rejected
+        return refine(program, self.target, self.excluded, self.npu_compiler,
+                      Placement.from_program(program))
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
-        """Keep linear, hardswish and prelu whole when they are quantized: NPU candidates, and
-        the Cortex-M kernels want them whole too."""
+        """Keep the ops of PRESERVED_ATEN_OPS whole when they are quantized: NPU candidates, and
+        the Cortex-M kernels want them whole too. ExecuTorch asks again after delegation, on
+        the Edge program: what is left there is the CPU's, kept whole."""
 
         def keep(node: Node) -> bool:
-            if self.partitioned:  # what is left after delegation is the CPU's, kept whole
+            if isinstance(node.target, EdgeOpOverload):  # after delegation
                 return False
             args = [a for a in node.args if isinstance(a, Node)]
             return bool(args) and all("dequantize" in str(a.target) for a in args)

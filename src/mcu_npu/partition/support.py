@@ -18,9 +18,8 @@ from torch.fx import Node
 
 from ..graph_ids import node_id
 from ..targets import Target
-from ..tflite.ops.activations import CLAMPS
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
-from ..tflite.registry import lookup
+from ..tflite.registry import fused_clamp, lookup
 
 QDQ = QUANTIZE + DEQUANTIZE + DEQUANTIZE_PER_CHANNEL
 
@@ -129,8 +128,7 @@ class SupportAnalysis:
     # checks ----------------------------------------------------------------------------
     def _fused_clamp(self, producer: Node, act: Node) -> bool:
         """``act`` is a clamp that a conv / linear / add converter fuses into ``producer``."""
-        return act.target in CLAMPS and list(producer.users) == [act] and \
-            lookup(producer.target) is not None and act.args[0] is producer
+        return fused_clamp(producer, edge=True) is act and lookup(producer.target) is not None
 
     def _reads_int8(self, node: Node, arg: Node) -> bool:
         return _is(arg, DEQUANTIZE + DEQUANTIZE_PER_CHANNEL) or self.is_constant(arg) or \

@@ -1,9 +1,12 @@
-"""Pattern annotators: one small function per operator group, keyed by ATen op packets.
+"""Annotation rules: one small function per way of quantizing an operator, by name (``RULES``).
 
-Each annotator receives the node and the quantizer's specs and writes a
-``QuantizationAnnotation`` into ``node.meta``. The rules mirror what TFLite int8 kernels need:
-conv / linear followed by a clamping activation share one output quantization, data movement
-ops reuse their input's parameters, and fixed-range activations get the fixed parameters.
+Which ATen ops a rule applies to is declared with the operator itself, in the operator table
+(``mcu_npu.tflite.registry``: each entry maps its ATen packets to rule names); this module only
+holds the rules and their helpers. A rule receives the node and the quantizer's specs and
+writes a ``QuantizationAnnotation`` into ``node.meta``. The rules mirror what TFLite int8
+kernels need: conv / linear followed by a clamping activation share one output quantization,
+data movement ops reuse their input's parameters, and fixed-range activations get the fixed
+parameters.
 """
 
 from __future__ import annotations
@@ -26,20 +29,36 @@ aten = torch.ops.aten
 KEY = "quantization_annotation"
 
 Annotator = Callable[[Node, QuantSpecs], None]
-ANNOTATORS: dict[object, Annotator] = {}
+RULES: dict[str, Annotator] = {}
+"""Rule name (what an operator table entry gives) -> rule."""
 
 
-def annotates(*packets):
-    """Register an annotator for ATen op packets (``aten.relu``), refusing duplicates."""
+def rule(name: str):
+    """Register an annotation rule under ``name``, refusing duplicates."""
 
     def register(fn: Annotator) -> Annotator:
-        for packet in packets:
-            if packet in ANNOTATORS:
-                raise ValueError(f"{packet} already has an annotator")
-            ANNOTATORS[packet] = fn
+        if name in RULES:
+            raise ValueError(f"annotation rule {name!r} already exists")
+        RULES[name] = fn
         return fn
 
     return register
+
+
+def annotator_of(node: Node) -> Annotator | None:
+    """The rule the operator table gives ``node``'s ATen op, if any."""
+    from ..tflite.registry import annotation_rule
+
+    name = annotation_rule(node.target)
+    return None if name is None else RULES[name]
+
+
+def __getattr__(name: str):
+    if name == "ANNOTATORS":  # ATen packet -> rule, read from the operator table
+        from ..tflite.registry import ANNOTATIONS
+
+        return {p: RULES[e.rule(p)] for p, e in ANNOTATIONS.items()}
+    raise AttributeError(name)
 
 
 def packet_of(node: Node):
@@ -74,20 +93,13 @@ def _tensor_args(node: Node) -> list[Node]:
     return [a for a in node.args if isinstance(a, Node)]
 
 
-# Activations that clamp a conv / linear result and can be fused into it in TFLite.
-FUSABLE_ACTIVATIONS = {aten.relu, aten.relu_, aten.relu6, aten.hardtanh, aten.hardtanh_,
-                       aten.clamp, aten.clamp_}
-
-
 def fused_activation(node: Node) -> Node | None:
-    """The clamping activation that is the only user of ``node``, if any."""
-    if len(node.users) != 1:
-        return None
-    (user,) = node.users
-    if user.op == "call_function" and packet_of(user) in FUSABLE_ACTIVATIONS:
-        if user.args[0] is node and not is_annotated(user):
-            return user
-    return None
+    """The not yet annotated clamp that runs fused into ``node`` (the fusion rule of the
+    operator table, ``fused_clamp``, which the converter applies too), if any."""
+    from ..tflite.registry import fused_clamp
+
+    user = fused_clamp(node, edge=False)
+    return user if user is not None and not is_annotated(user) else None
 
 
 # Convolutions whose following BatchNorm torchao folds itself in QAT (``_fuse_conv_bn_qat``
@@ -124,13 +136,13 @@ def _annotate_weighted(node: Node, specs: QuantSpecs, weight_axis: int) -> None:
         _set(act, {}, specs.activation)
 
 
-@annotates(aten.conv1d, aten.conv2d, aten.linear)
+@rule("conv_linear")
 def annotate_conv_linear(node: Node, specs: QuantSpecs) -> None:
     """Conv / linear: per-channel weights on axis 0, int32 bias, fused clamp activation."""
     _annotate_weighted(node, specs, weight_axis=0)
 
 
-@annotates(aten.conv_transpose1d, aten.conv_transpose2d)
+@rule("conv_transpose")
 def annotate_conv_transpose(node: Node, specs: QuantSpecs) -> None:
     """Transposed conv: weights are [in, out/groups, ...]; output channels sit on axis 1."""
     groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
@@ -139,8 +151,7 @@ def annotate_conv_transpose(node: Node, specs: QuantSpecs) -> None:
     _annotate_weighted(node, specs, weight_axis=1)
 
 
-@annotates(aten.add, aten.add_, aten.sub, aten.sub_, aten.mul, aten.mul_, aten.mm, aten.bmm,
-           aten.matmul)
+@rule("binary")
 def annotate_binary(node: Node, specs: QuantSpecs) -> None:
     """Two-operand arithmetic: every tensor operand and the output get their own parameters."""
     inputs = {a: _act_input(a, specs) for a in _tensor_args(node)[:2]}
@@ -154,41 +165,37 @@ def annotate_binary(node: Node, specs: QuantSpecs) -> None:
         _set(act, {}, specs.activation)
 
 
-@annotates(aten.relu, aten.relu_, aten.leaky_relu, aten.leaky_relu_, aten.hardswish,
-           aten.hardswish_, aten.mean, aten.hardsigmoid)
+@rule("unary")
 def annotate_unary(node: Node, specs: QuantSpecs) -> None:
     """Ops whose TFLite kernel requantizes: input and output have independent parameters."""
     x = node.args[0]
     _set(node, {x: _act_input(x, specs)}, specs.activation)
 
 
-@annotates(aten.prelu, aten._prelu_kernel)
+@rule("prelu")
 def annotate_prelu(node: Node, specs: QuantSpecs) -> None:
     """PReLU: the slope tensor is an int8 per-tensor constant."""
     x, slope = node.args[0], node.args[1]
     _set(node, {x: _act_input(x, specs), slope: specs.per_tensor_weight}, specs.activation)
 
 
-def _fixed(kind: str) -> Annotator:
+def fixed(kind: str) -> Annotator:
+    """The rule of a fixed-range activation (``kind`` in ``QuantSpecs.fixed``)."""
+
     def annotate(node: Node, specs: QuantSpecs) -> None:
         x = node.args[0]
         _set(node, {x: _act_input(x, specs)}, specs.fixed(kind))
 
+    annotate.__name__ = f"annotate_fixed_{kind}"
     annotate.__doc__ = f"{kind}: output parameters fixed by the TFLite int8 kernel."
     return annotate
 
 
-ANNOTATORS[aten.sigmoid] = ANNOTATORS[aten.sigmoid_] = _fixed("sigmoid")
-ANNOTATORS[aten.tanh] = ANNOTATORS[aten.tanh_] = _fixed("tanh")
-ANNOTATORS[aten.softmax] = ANNOTATORS[aten._softmax] = _fixed("softmax")
+for _kind in ("sigmoid", "tanh", "softmax"):
+    rule(_kind)(fixed(_kind))
 
 
-@annotates(
-    aten.max_pool2d, aten.avg_pool2d, aten.adaptive_avg_pool2d, aten.hardtanh, aten.hardtanh_,
-    aten.relu6, aten.clamp, aten.clamp_, aten.view, aten.reshape, aten.flatten, aten.permute,
-    aten.transpose, aten.t, aten.squeeze, aten.unsqueeze, aten.slice, aten.select, aten.pad,
-    aten.constant_pad_nd, aten.contiguous, aten.clone, aten.dropout, aten.expand,
-)
+@rule("shared")
 def annotate_shared(node: Node, specs: QuantSpecs) -> None:
     """Data movement (and clamps, pools): the output reuses the input's parameters."""
     x = node.args[0]
@@ -197,7 +204,7 @@ def annotate_shared(node: Node, specs: QuantSpecs) -> None:
     _set(node, {x: _act_input(x, specs)}, SharedQuantizationSpec((x, node)))
 
 
-@annotates(aten.cat, aten.concat, aten.concatenate)
+@rule("cat")
 def annotate_cat(node: Node, specs: QuantSpecs) -> None:
     """Concatenation: TFLite int8 needs every input and the output on one set of parameters."""
     tensors = [t for t in node.args[0] if isinstance(t, Node)]
@@ -210,7 +217,7 @@ def annotate_cat(node: Node, specs: QuantSpecs) -> None:
     _set(node, inputs, SharedQuantizationSpec((first, node)))
 
 
-@annotates(aten.split, aten.split_with_sizes, aten.chunk, aten.unbind)
+@rule("split")
 def annotate_split(node: Node, specs: QuantSpecs) -> None:
     """Split: every piece (a getitem of the result) reuses the input's parameters."""
     x = node.args[0]

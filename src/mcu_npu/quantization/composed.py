@@ -1,22 +1,27 @@
 """The quantizer of a whole SoC: NPU rules where the NPU runs a node, Cortex-M rules elsewhere.
 
-Which nodes the NPU runs is decided by the partitioner's own support checks (a
-``Placement``), so each side gets the quantization its kernels need. Where an NPU node and a
-Cortex-M node meet, the consumer reuses the producer's observer: the tensor crossing the
-boundary has one set of parameters, and no requantization is inserted between the two.
+Which nodes the NPU runs is the plan's (``plan`` below makes a ``partition.plan.Plan``): the
+partitioner's own support checks on a trial, so each side gets the quantization its kernels need. Where an NPU node
+and a Cortex-M node meet, the consumer reuses the producer's observer: the tensor crossing
+the boundary has one set of parameters, and no requantization is inserted between the two.
 
-Without a placement, the quantizer decides one on a trial (``decide_placement``): it
-quantizes a copy of the graph with the NPU's rules alone, lowers it to Edge and asks the
-partitioner. The checks read shapes, arguments and graph structure, never quantization
-values, so synthetic inputs decide as well as calibration data does.
+Given a plan made for the graph it annotates, the quantizer applies it; given none, or one
+made for another graph, it plans the graph it is given (the trial quantizes a copy with the
+NPU's rules alone, lowers it to Edge and checks it). The checks read shapes, arguments and
+graph structure, never quantization values, so synthetic inputs decide as well as
+calibration data does. The quantizer keeps nothing between calls: it stamps the decision on
+the graph (``partition.placement.stamp_placement``), where the partitioner reads it.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterable
+from contextlib import nullcontext
+from dataclasses import replace
+from typing import Callable, ContextManager, Iterable, Mapping
 
 import torch
+from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import (
     QuantizationAnnotation,
@@ -24,8 +29,10 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
+from ..errors import ConfigError
 from ..graph_ids import NODE_ID, node_id, tag_nodes  # noqa: F401  (NODE_ID re-exported)
-from ..partition.placement import Placement, analyse_edge
+from ..partition.placement import Placement, stamp_placement
+from ..partition.plan import Plan, PlanOptions, fingerprint, plan_program
 from ..pipeline import to_edge_program
 from ..targets import get_target
 from .annotators import KEY
@@ -56,24 +63,66 @@ def synthetic_inputs(model: GraphModule, seed: int = 0) -> tuple:
     return tuple(inputs)
 
 
+def plan(aten_program_or_graph, target, options: PlanOptions = PlanOptions()) -> Plan:
+    """Decide, once, where every node of an ATen graph runs: quantize a copy with the NPU's
+    rules alone, lower it to Edge, and check it (``partition.plan.plan_program``). The
+    plan's ``fingerprint`` is that of the graph as the quantizer annotates it."""
+    return trial(aten_program_or_graph, target, options)[0]
+
+
+def trial(aten_program_or_graph, target, options: PlanOptions = PlanOptions(), *,
+          graph_in_place: bool = False, example_inputs: tuple | None = None,
+          stages: Mapping[str, Callable[[], ContextManager]] | None = None):
+    """(the ``Plan``, the trial's quantized reference, the trial's Edge program). With
+    ``graph_in_place`` the given graph itself is quantized (``compile`` keeps the trial as
+    its result when the NPU takes everything); ``stages`` wraps the steps ``"quantize"``,
+    ``"edge"`` and ``"check"`` (``errors.stage``)."""
+    graph = aten_program_or_graph
+    if isinstance(graph, ExportedProgram):
+        graph = graph.module()
+    if not isinstance(graph, GraphModule):
+        raise ConfigError(f"plan takes an ATen GraphModule or ExportedProgram, not a "
+                          f"{type(graph).__name__}")
+    step = lambda name: (stages or {}).get(name, nullcontext)()  # noqa: E731
+    model = tag_nodes(graph if graph_in_place else copy.deepcopy(graph))
+    samples = list(options.calibration) if options.calibration is not None \
+        else [synthetic_inputs(model)]
+    example_inputs = tuple(example_inputs) if example_inputs is not None else samples[0]
+    quantizer = _Trial()
+    with step("quantize"):
+        reference = quantize(model, example_inputs, samples, quantizer)
+    with step("edge"):
+        edge = to_edge_program(reference, example_inputs)
+    with step("check"):
+        decided = plan_program(edge.exported_program(), target, options, Placement())
+    return replace(decided, fingerprint=quantizer.fingerprint), reference, edge
+
+
+class _Trial(NeutronQuantizer):
+    """The NPU's quantizer, noting the fingerprint of the graph it annotates: the graph the
+    composed quantizer annotates after the same preparation."""
+
+    fingerprint = ""
+
+    def annotate(self, model):
+        self.fingerprint = fingerprint(model)
+        return super().annotate(model)
+
+
 def decide_placement(model: GraphModule, target, excluded: Iterable[str] = (),
                      npu_compiler: str = "auto") -> Placement:
     """Trial: quantize a copy of ``model`` with the NPU's rules, lower it, check it."""
-    trial = copy.deepcopy(model)
-    inputs = synthetic_inputs(trial)
-    reference = quantize(trial, inputs, [inputs], NeutronQuantizer())
-    edge = to_edge_program(reference, inputs)
-    return Placement.from_analysis(analyse_edge(edge.exported_program(), target, excluded,
-                                                npu_compiler))
+    return plan(model, target, PlanOptions(tuple(excluded), npu_compiler)).placement
 
 
 class TargetQuantizer(Quantizer):
     """Composition of the NPU quantizer and the Cortex-M quantizer for one target.
 
-    ``placement`` says which nodes the NPU runs; without one, ``annotate`` decides it with the
-    partitioner's checks on a trial quantization (``decide_placement``).
-    ``mcu_npu.compile`` passes the placement it already knows; the ExecuTorch recipes let the
-    quantizer decide. Both give the same answer: the checks do not depend on calibration data.
+    ``plan`` (``partition.plan.plan``) says which nodes the NPU runs; ``annotate`` applies it
+    to the graph it was made for, and plans any other graph itself with ``options`` (the
+    plan's when one is given). ``mcu_npu.compile`` passes the plan it already made; the
+    ExecuTorch recipes let the quantizer plan. Both give the same answer: the checks do not
+    depend on calibration data.
     """
 
     def __init__(
@@ -83,28 +132,48 @@ class TargetQuantizer(Quantizer):
         is_qat: bool = False,
         operators_not_to_delegate: Iterable[str] = (),
         aten_passes: Iterable = (),
-        placement=None,
+        npu_compiler: str = "auto",
+        plan: Plan | None = None,
     ):
         super().__init__()
         self.target = get_target(target)
         self.is_qat = is_qat
-        self.excluded = tuple(operators_not_to_delegate)
         self.aten_passes = list(aten_passes)
-        self.placement = placement
+        if plan is not None:
+            if plan.target != self.target:
+                raise ConfigError(f"the plan is for {plan.target.name}, not {self.target.name}")
+            if tuple(operators_not_to_delegate) or npu_compiler != "auto":
+                raise ConfigError("give operators_not_to_delegate and npu_compiler either to "
+                                  "the quantizer or to its plan (PlanOptions), not both")
+            self.options = PlanOptions(plan.options.operators_not_to_delegate,
+                                       plan.options.npu_compiler)
+        else:
+            self.options = PlanOptions(tuple(operators_not_to_delegate), npu_compiler)
+        self.plan = plan
+
+    @property
+    def excluded(self) -> tuple[str, ...]:
+        return self.options.operators_not_to_delegate
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         model = NeutronQuantizer(aten_passes=self.aten_passes).transform_for_annotation(model)
         return tag_nodes(model)
 
+    def plan_for(self, model: GraphModule) -> Plan:
+        """The given plan when it was made for ``model``, else ``model`` planned now."""
+        if self.plan is not None and self.plan.made_for(model):
+            return self.plan
+        return plan(model, self.target, self.options)
+
     def annotate(self, model: GraphModule) -> GraphModule:
-        if self.placement is None:
-            self.placement = decide_placement(model, self.target, self.excluded)
-        on_npu: Callable[[Node], bool] = lambda n: self.placement.on_npu(node_id(n))
+        placement = self.plan_for(model).placement
+        stamp_placement(model, placement)
+        on_npu: Callable[[Node], bool] = lambda n: placement.on_npu(node_id(n))
         NeutronQuantizer(is_qat=self.is_qat, node_filter=on_npu).annotate(model)
         for node in model.graph.nodes:
             if node.op == "call_function" and on_npu(node):
                 node.meta[_MATCHED] = True
-        if self.placement.cpu:
+        if placement.cpu:
             on_cpu = lambda n: n.op == "call_function" and not on_npu(n)
             scalars_to_constants(model, [n for n in model.graph.nodes if on_cpu(n)])
             cortex_m_quantizer(on_cpu, is_qat=self.is_qat).annotate(model)

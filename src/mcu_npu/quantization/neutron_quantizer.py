@@ -8,7 +8,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
-from .annotators import ANNOTATORS, packet_of, share_recurrent_states
+from .annotators import annotator_of, share_recurrent_states
 from .exact import to_float32, to_float64
 from .qspecs import QuantSpecs
 
@@ -47,7 +47,7 @@ class NeutronQuantizer(Quantizer):
         for node in model.graph.nodes:
             if node.op != "call_function" or "quantization_annotation" in node.meta:
                 continue
-            annotator = ANNOTATORS.get(packet_of(node))
+            annotator = annotator_of(node)  # the operator table's rule
             if annotator is None or not _floating_output(node):
                 continue
             if self.node_filter is not None and not self.node_filter(node):
@@ -61,8 +61,10 @@ class NeutronQuantizer(Quantizer):
 
     @staticmethod
     def supported_ops() -> list:
-        """ATen op packets this quantizer annotates."""
-        return sorted(ANNOTATORS, key=str)
+        """ATen op packets this quantizer annotates (those of the operator table)."""
+        from ..tflite.registry import ANNOTATIONS
+
+        return sorted(ANNOTATIONS, key=str)
 
 
 def _floating_output(node: Node) -> bool:

@@ -1,8 +1,10 @@
 """Edge op objects under short names, for converters and tests."""
 
+import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 aten = exir_ops.edge.aten
+at = torch.ops.aten  # ATen op packets as the quantizer sees them (an entry's ``aten=``)
 qd = exir_ops.edge.quantized_decomposed
 dim_order = exir_ops.edge.dim_order_ops
 

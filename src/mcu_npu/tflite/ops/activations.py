@@ -11,8 +11,8 @@ from torch.fx import Node
 
 from ..args import bind
 from ..context import OP, Context, QParams, Value
-from ..ops_aliases import aten
-from ..registry import converts
+from ..ops_aliases import aten, at
+from ..registry import fused_clamp, operator
 from ._checks import static_shapes
 
 ACT = schema.ActivationFunctionType
@@ -50,9 +50,8 @@ def fused_activation(ctx: Context, node: Node) -> tuple[Node, int, tuple | None]
     When ``node``'s only user is a clamp (relu, relu6, hardtanh, clamp) the clamp runs inside
     the op; bounds TFLite cannot fuse come back as ``(lo, hi)`` for ``emit_clamp``.
     """
-    users = list(node.users)
-    if len(users) == 1 and users[0].target in CLAMPS and users[0].args[0] is node:
-        act = users[0]
+    act = fused_clamp(node, edge=True)
+    if act is not None:
         lo, hi = clamp_bounds(act)
         code, residual = _fused_code(lo, hi, ctx.output_q(act))
         return act, code, ((lo, hi) if residual else None)
@@ -76,7 +75,11 @@ def emit_clamp(ctx: Context, src: int, out: Value, lo, hi) -> None:
         cur = dst
 
 
-@converts(aten.relu.default, aten.hardtanh.default, aten.clamp.default, checks=(static_shapes,))
+@operator(*CLAMPS,
+          aten={at.relu: "unary", at.relu_: "unary",  # relu requantizes, the others share
+                at.relu6: "shared", at.hardtanh: "shared", at.hardtanh_: "shared",
+                at.clamp: "shared", at.clamp_: "shared"},
+          checks=(static_shapes,), fuses_into_producer=True)
 def convert_clamp(ctx: Context, node: Node) -> None:
     """Standalone relu / relu6 / hardtanh / clamp."""
     x = ctx.value(node.args[0])
@@ -104,12 +107,17 @@ def _unary(code: int, options_cls=None):
     return convert
 
 
-converts(aten.sigmoid.default, checks=(static_shapes,))(_unary(OP.LOGISTIC))
-converts(aten.tanh.default, checks=(static_shapes,))(_unary(OP.TANH))
-converts(aten.hardswish.default, checks=(static_shapes,))(_unary(OP.HARD_SWISH, schema.HardSwishOptionsT))
+operator(aten.sigmoid.default, aten=(at.sigmoid, at.sigmoid_), annotate="sigmoid",
+         checks=(static_shapes,))(_unary(OP.LOGISTIC))
+operator(aten.tanh.default, aten=(at.tanh, at.tanh_), annotate="tanh",
+         checks=(static_shapes,))(_unary(OP.TANH))
+operator(aten.hardswish.default, aten=(at.hardswish, at.hardswish_), annotate="unary",
+         checks=(static_shapes,), preserve=(at.hardswish.default,),
+         )(_unary(OP.HARD_SWISH, schema.HardSwishOptionsT))
 
 
-@converts(aten.leaky_relu.default, checks=(static_shapes,))
+@operator(aten.leaky_relu.default, aten=(at.leaky_relu, at.leaky_relu_),
+          annotate="unary", checks=(static_shapes,))
 def convert_leaky_relu(ctx: Context, node: Node) -> None:
     x = ctx.value(node.args[0])
     out = ctx.output_value(node, perm=x.perm)
@@ -118,7 +126,8 @@ def convert_leaky_relu(ctx: Context, node: Node) -> None:
     ctx.op(OP.LEAKY_RELU, [ctx.tensor(x)], [out.tensor], opts)
 
 
-@converts(aten._prelu_kernel.default, aten.prelu.default, checks=(static_shapes,))
+@operator(aten._prelu_kernel.default, aten.prelu.default, aten=(at.prelu, at._prelu_kernel),
+          annotate="prelu", checks=(static_shapes,), preserve=(at.prelu.default,))
 def convert_prelu(ctx: Context, node: Node) -> None:
     """PReLU: the slope is broadcast like a per-channel constant along dim 1."""
     x = ctx.value(node.args[0])
@@ -151,7 +160,7 @@ def neutron_softmax_limits(node: Node, target=None) -> bool:
         channels * rows <= lim.max_softmax_elements
 
 
-@converts(aten._softmax.default,
+@operator(aten._softmax.default, aten=(at.softmax, at._softmax), annotate="softmax",
           checks=(static_shapes, softmax_on_last_memory_axis, neutron_softmax_limits))
 def convert_softmax(ctx: Context, node: Node) -> None:
     """TFLite SOFTMAX works on the innermost axis: lay the tensor out with ``dim`` last."""

@@ -18,13 +18,14 @@ from torch.fx import Node
 from .. import layout
 from ..args import bind, shape_of
 from ..context import OP, Context, Value, _is, window
-from ..ops_aliases import DEQUANTIZE, QUANTIZE, aten
-from ..registry import converts
+from ..ops_aliases import DEQUANTIZE, QUANTIZE, aten, at
+from ..registry import operator
 from ._checks import static_shapes
 from .shape import reshape
 
 
-@converts(aten.cat.default, checks=(static_shapes,))
+@operator(aten.cat.default, aten=(at.cat, at.concat, at.concatenate), annotate="cat",
+          checks=(static_shapes,))
 def convert_cat(ctx: Context, node: Node) -> None:
     a = bind(node)
     values = [ctx.value(t) for t in a.tensors]
@@ -90,7 +91,8 @@ def _bounds(size: int, start, end, step) -> tuple[int, int, int]:
     return slice(start, end, step).indices(size)
 
 
-@converts(aten.slice_copy.Tensor, checks=(static_shapes,))
+@operator(aten.slice_copy.Tensor, aten=(at.slice,), annotate="shared",
+          checks=(static_shapes,))
 def convert_slice(ctx: Context, node: Node) -> None:
     a = bind(node)
     x = ctx.value(a.self)
@@ -109,7 +111,8 @@ def convert_slice(ctx: Context, node: Node) -> None:
     ctx.define(node, _slice(ctx, node.name, x, dim, start, end, step, q))
 
 
-@converts(aten.select_copy.int, checks=(static_shapes,))
+@operator(aten.select_copy.int, aten=(at.select,), annotate="shared",
+          checks=(static_shapes,))
 def convert_select(ctx: Context, node: Node) -> None:
     """select = a one-wide slice, then the axis is dropped by a reshape."""
     a = bind(node)
@@ -123,7 +126,10 @@ def convert_select(ctx: Context, node: Node) -> None:
     ctx.define(node, reshape(ctx, node, part, shape_of(node)))
 
 
-@converts(aten.split_with_sizes_copy.default, aten.split_copy.Tensor, checks=(static_shapes,))
+@operator(aten.split_with_sizes_copy.default, aten.split_copy.Tensor,
+          aten=(at.split, at.split_with_sizes, at.chunk, at.unbind),
+          annotate="split",
+          checks=(static_shapes,))
 def convert_split(ctx: Context, node: Node) -> None:
     """SPLIT_V along the mapped axis; each getitem of the result is one output."""
     a = bind(node)

@@ -13,10 +13,10 @@ from .. import layout
 from ..args import bind
 from ..context import Context, Value
 from ..ops_aliases import aten
-from ..registry import converts
+from ..registry import operator
 
 
-@converts(aten.full.default)
+@operator(aten.full.default)
 def convert_full(ctx: Context, node: Node) -> None:
     a = bind(node)
     data = np.full([int(d) for d in a.size], float(a.fill_value), dtype=np.float32)

@@ -19,8 +19,8 @@ from torch.fx import Node
 from .. import layout
 from ..args import bind, shape_of
 from ..context import OP, Context, QParams, Value
-from ..ops_aliases import aten
-from ..registry import converts
+from ..ops_aliases import aten, at
+from ..registry import operator
 from ._checks import static_shapes
 from .activations import emit_clamp, fused_activation
 
@@ -97,8 +97,10 @@ def _slice_q(q: QParams, lo: int, hi: int) -> QParams:
     return QParams(q.scale[lo:hi], q.zero_point[lo:hi], q.qmin, q.qmax, q.axis, q.dtype)
 
 
-@converts(
+@operator(
     aten.convolution.default,
+    aten={at.conv1d: "conv_linear", at.conv2d: "conv_linear",
+          at.conv_transpose1d: "conv_transpose", at.conv_transpose2d: "conv_transpose"},
     checks=(static_shapes, conv_is_1d_or_2d, weights_are_constant, transposed_supported,
             neutron_weight_volume, neutron_kernel_limits),
 )

@@ -14,8 +14,8 @@ from torch.fx import Node
 from .. import layout
 from ..args import shape_of
 from ..context import OP, Context, QParams, Value
-from ..ops_aliases import aten
-from ..registry import converts
+from ..ops_aliases import aten, at
+from ..registry import operator
 from ._checks import alpha_is_one, max_rank, static_shapes
 from .activations import emit_clamp, fused_activation
 
@@ -66,7 +66,9 @@ def _expand_rank(ctx: Context, v: Value, rank: int) -> Value:
     return out
 
 
-@converts(*BINARY, checks=(static_shapes, alpha_is_one, max_rank(6)))
+@operator(*BINARY, aten=(at.add, at.add_, at.sub, at.sub_, at.mul, at.mul_),
+          annotate="binary",
+          checks=(static_shapes, alpha_is_one, max_rank(6)))
 def convert_binary(ctx: Context, node: Node) -> None:
     code, options_cls = BINARY[node.target]
     out_shape = shape_of(node)

@@ -14,8 +14,8 @@ from torch.fx import Node
 from .. import layout
 from ..args import bind, shape_of
 from ..context import OP, Context, Value
-from ..registry import converts
-from ..ops_aliases import aten
+from ..registry import operator
+from ..ops_aliases import aten, at
 from ._checks import static_shapes
 from .activations import emit_clamp, fused_activation
 from .conv import _bias
@@ -61,7 +61,8 @@ def _transposed(w: Value) -> Value:
     return Value(w.shape[::-1], w.dtype, q, (0, 1), data=w.data.T.copy())
 
 
-@converts(aten.linear.default, checks=(static_shapes,))
+@operator(aten.linear.default, aten=(at.linear,), annotate="conv_linear",
+          preserve=(at.linear.default,), checks=(static_shapes,))
 def convert_linear(ctx: Context, node: Node) -> None:
     a = bind(node)
     w = ctx.value(a.weight)
@@ -70,7 +71,7 @@ def convert_linear(ctx: Context, node: Node) -> None:
     _fully_connected(ctx, node, ctx.value(a.input), w, a.bias)
 
 
-@converts(aten.addmm.default, checks=(static_shapes, scalars_are_one))
+@operator(aten.addmm.default, checks=(static_shapes, scalars_are_one))
 def convert_addmm(ctx: Context, node: Node) -> None:
     a = bind(node)
     w = ctx.value(a.mat2)
@@ -79,7 +80,9 @@ def convert_addmm(ctx: Context, node: Node) -> None:
     _fully_connected(ctx, node, ctx.value(a.mat1), _transposed(w), a.self)
 
 
-@converts(aten.mm.default, aten.bmm.default, checks=(static_shapes, batch_matmul_rank))
+@operator(aten.mm.default, aten.bmm.default, aten=(at.mm, at.bmm, at.matmul),
+          annotate="binary",
+          checks=(static_shapes, batch_matmul_rank))
 def convert_matmul(ctx: Context, node: Node) -> None:
     lhs, rhs = ctx.value(node.args[0]), ctx.value(node.args[1])
     if rhs.is_const and rhs.rank == 2 and node.target == aten.mm.default:

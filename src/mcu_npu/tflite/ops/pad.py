@@ -11,8 +11,8 @@ from torch.fx import Node
 
 from ..args import bind
 from ..context import OP, Context
-from ..ops_aliases import aten
-from ..registry import converts
+from ..ops_aliases import aten, at
+from ..registry import operator
 from ._checks import static_shapes
 
 
@@ -21,7 +21,8 @@ def non_negative_pads(node: Node, target=None) -> bool:
     return all(p >= 0 for p in bind(node).pad)
 
 
-@converts(aten.constant_pad_nd.default, checks=(static_shapes, non_negative_pads))
+@operator(aten.constant_pad_nd.default, aten=(at.pad, at.constant_pad_nd), annotate="shared",
+          checks=(static_shapes, non_negative_pads))
 def convert_pad(ctx: Context, node: Node) -> None:
     a = bind(node)
     x = ctx.value(a.self)

@@ -16,8 +16,8 @@ from torch.fx import Node
 from .. import layout
 from ..args import bind, pair, shape_of
 from ..context import OP, Context, Value
-from ..ops_aliases import aten
-from ..registry import converts
+from ..ops_aliases import aten, at
+from ..registry import operator
 from ._checks import static_shapes
 
 NHWC = layout.channels_last(4)
@@ -99,7 +99,8 @@ def _padding_mode(x: Value, kernel, stride, pad, out_shape) -> int | None:
     return None
 
 
-@converts(aten.max_pool2d_with_indices.default, aten.max_pool2d.default,
+@operator(aten.max_pool2d_with_indices.default, aten.max_pool2d.default,
+          aten=(at.max_pool2d,), annotate="shared",
           checks=(static_shapes, four_dims, no_ceil_mode, no_dilation, indices_unused,
                   neutron_pool_limits))
 def convert_max_pool(ctx: Context, node: Node) -> None:
@@ -119,7 +120,8 @@ def convert_max_pool(ctx: Context, node: Node) -> None:
     ctx.values[node] = out
 
 
-@converts(aten.avg_pool2d.default,
+@operator(aten.avg_pool2d.default,
+          aten=(at.avg_pool2d,), annotate="shared",
           checks=(static_shapes, four_dims, no_ceil_mode, no_divisor_override,
                   neutron_pool_limits))
 def convert_avg_pool(ctx: Context, node: Node) -> None:
@@ -137,7 +139,9 @@ def convert_avg_pool(ctx: Context, node: Node) -> None:
     _pool(ctx, OP.AVERAGE_POOL_2D, src, out, kernel, stride, mode)
 
 
-@converts(aten._adaptive_avg_pool2d.default, checks=(static_shapes, four_dims, adaptive_divisible))
+@operator(aten._adaptive_avg_pool2d.default, aten=(at.adaptive_avg_pool2d,),
+          annotate="shared",
+          checks=(static_shapes, four_dims, adaptive_divisible))
 def convert_adaptive_avg_pool(ctx: Context, node: Node) -> None:
     x = ctx.value(node.args[0])
     out = ctx.output_value(node, perm=NHWC)

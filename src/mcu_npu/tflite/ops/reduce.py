@@ -10,12 +10,13 @@ from torch.fx import Node
 
 from ..args import bind
 from ..context import OP, Context
-from ..ops_aliases import aten
-from ..registry import converts
+from ..ops_aliases import aten, at
+from ..registry import operator
 from ._checks import static_shapes
 
 
-@converts(aten.mean.dim, checks=(static_shapes,))
+@operator(aten.mean.dim, aten=(at.mean,), annotate="unary",
+          checks=(static_shapes,))
 def convert_mean(ctx: Context, node: Node) -> None:
     a = bind(node)
     x = ctx.value(a.self)

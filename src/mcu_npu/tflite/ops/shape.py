@@ -13,8 +13,8 @@ from torch.fx import Node
 from .. import layout
 from ..args import bind, shape_of
 from ..context import Context, QParams, Value
-from ..ops_aliases import aten, dim_order
-from ..registry import converts
+from ..ops_aliases import aten, at, dim_order
+from ..registry import operator
 from ._checks import static_shapes
 
 
@@ -47,22 +47,28 @@ def reshape(ctx: Context, node: Node, x: Value, out_shape) -> Value:
     return out
 
 
-@converts(aten.view_copy.default, aten.squeeze_copy.dims, aten.squeeze_copy.dim,
+@operator(aten.view_copy.default, aten.squeeze_copy.dims, aten.squeeze_copy.dim,
           aten.squeeze_copy.default, aten.unsqueeze_copy.default, aten.alias_copy.default,
+          aten=(at.view, at.reshape, at.flatten, at.squeeze, at.unsqueeze),
+          annotate="shared",
           checks=(static_shapes,))
 def convert_view(ctx: Context, node: Node) -> None:
     ctx.define(node, reshape(ctx, node, ctx.value(node.args[0]), shape_of(node)))
 
 
-@converts(aten.clone.default, dim_order._clone_dim_order.default,
-          dim_order._to_dim_order_copy.default, checks=(static_shapes,))
+@operator(aten.clone.default, dim_order._clone_dim_order.default,
+          dim_order._to_dim_order_copy.default, aten=(at.clone, at.contiguous, at.dropout),
+          annotate="shared",
+          checks=(static_shapes,))
 def convert_clone(ctx: Context, node: Node) -> None:
     """Copies and dim-order changes: the TFLite tensor already has the layout it needs."""
     x = ctx.value(node.args[0])
     ctx.define(node, x)
 
 
-@converts(aten.permute_copy.default, checks=(static_shapes,))
+@operator(aten.permute_copy.default, aten=(at.permute, at.transpose, at.t),
+          annotate="shared",
+          checks=(static_shapes,))
 def convert_permute(ctx: Context, node: Node) -> None:
     """No data moves: the output is the same tensor with a composed layout."""
     x = ctx.value(node.args[0])

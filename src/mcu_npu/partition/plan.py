@@ -1,0 +1,176 @@
+"""One placement plan: which node runs where and why, decided once and never mutated.
+
+``quantization.composed.plan(aten_graph, target, options)`` makes the trial the composed
+quantizer and the partitioner used to make each on its own: quantize a copy with the NPU's
+rules alone, lower it to Edge, run the support checks and the NPU compiler's own check
+(``plan_program``), and record the outcome as a frozen ``Plan``. ``plan_program(edge_program,
+target, options)`` is that decision for an Edge program (what the partitioner runs when it
+is given no plan describing the program).
+
+The quantizer (``TargetQuantizer(target, plan=...)``), the partitioner
+(``NpuPartitioner(plan=...)``) and the report (``api.build_report(plan, edge)``) take the
+plan as an argument. A plan records the fingerprint of the graph it was made for, so it is
+only applied to that graph: a quantizer or partitioner handed another graph plans it afresh
+instead of applying a stale decision. The ATen-level decision travels with the graph
+itself: the quantizer stamps each CPU node (``placement.stamp_placement``), and the Edge
+program's plan reads the stamps back (``Placement.from_program``).
+
+(The trial quantizes, so it lives with the quantizers: ``mcu_npu.quantization`` depends on
+``mcu_npu.partition``, not the other way round.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Graph, GraphModule
+
+from ..errors import ConfigError
+from ..graph_ids import node_id
+from ..macs import node_macs
+from ..targets import Target, get_target
+from .partitioner import propose, refine
+from .placement import Placement
+from .support import SupportAnalysis, Verdict
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What a plan is decided with besides the graph and the target.
+
+    ``operators_not_to_delegate``: op or node names kept on the CPU (``"*"``: every op);
+    ``npu_compiler``: the NPU compiler the partitions go to (``"auto"``, the vendor's, or
+    ``"reference"``); ``calibration``: input tuples the trial quantization calibrates on
+    (None: deterministic synthetic inputs; the checks read shapes, arguments and graph
+    structure, never quantization values, so both decide alike)."""
+
+    operators_not_to_delegate: tuple[str, ...] = ()
+    npu_compiler: str = "auto"
+    calibration: tuple | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "operators_not_to_delegate",
+                           tuple(self.operators_not_to_delegate))
+        if self.calibration is not None:
+            object.__setattr__(self, "calibration", tuple(
+                (s,) if isinstance(s, torch.Tensor) else tuple(s) for s in self.calibration))
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One compute node of the planned Edge program: its verdict (with the reason when it
+    stays on the CPU), where it runs, its MACs and the ATen node it came from."""
+
+    node: str
+    op: str
+    ident: str | None
+    verdict: Verdict
+    partition: int | None
+    macs: int
+
+    @property
+    def runs_on(self) -> str:
+        return "cpu" if self.partition is None else "npu"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where every compute node runs, decided once for one graph.
+
+    ``fingerprint``: the graph the plan was made for (the ATen graph the quantizer annotates
+    for ``plan``, the Edge program for ``plan_program``); ``edge_fingerprint``: the Edge
+    program ``nodes`` and ``partitions`` describe (the trial's, for ``plan``);
+    ``placement``: the ATen node ids that stay on the CPU, with their verdicts;
+    ``nodes``: every compute node of that Edge program; ``partitions``: the compute node
+    names of each NPU partition, ``members`` every node each one delegates (quantize /
+    dequantize included); ``compiler_rejections``: Edge node name -> the NPU compiler's
+    reason for refusing it."""
+
+    target: Target
+    options: PlanOptions
+    fingerprint: str
+    edge_fingerprint: str
+    placement: Placement
+    nodes: tuple[NodePlan, ...]
+    partitions: tuple[tuple[str, ...], ...]
+    members: tuple[tuple[str, ...], ...] = field(repr=False)
+    compiler_rejections: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def verdicts(self) -> dict[str, Verdict]:
+        return {n.node: n.verdict for n in self.nodes}
+
+    @property
+    def macs(self) -> dict[str, int]:
+        return {n.node: n.macs for n in self.nodes}
+
+    @property
+    def node_ids(self) -> dict[str, str | None]:
+        return {n.node: n.ident for n in self.nodes}
+
+    def made_for(self, graph) -> bool:
+        """Whether the plan was made for ``graph`` (a GraphModule, ExportedProgram or Edge
+        program manager)."""
+        return fingerprint(graph) == self.fingerprint
+
+    def describes(self, program) -> bool:
+        """Whether ``nodes`` and ``partitions`` are those of Edge program ``program``."""
+        return fingerprint(program) == self.edge_fingerprint
+
+
+def _graph(obj) -> Graph:
+    if isinstance(obj, Graph):
+        return obj
+    if isinstance(obj, (GraphModule, ExportedProgram)):
+        return obj.graph
+    if hasattr(obj, "exported_program"):  # EdgeProgramManager
+        return obj.exported_program().graph
+    raise ConfigError(f"cannot plan a {type(obj).__name__}: give a torch.fx GraphModule, an "
+                      "ExportedProgram or an Edge program")
+
+
+def fingerprint(obj) -> str:
+    """A digest of a graph's structure: every node's kind, name, op, inputs and (for tensors)
+    shape and dtype. Copies of a graph (ExecuTorch's fake-weight copy among them) share it;
+    any other graph has another. Weight values are not part of it (the fake copy has none):
+    the support checks read shapes, arguments and structure."""
+    h = hashlib.sha256()
+    for node in _graph(obj).nodes:
+        val = node.meta.get("val")
+        shape = (tuple(val.shape), str(val.dtype)) if isinstance(val, torch.Tensor) else ""
+        h.update(f"{node.op}|{node.name}|{node.target}|"
+                 f"{[str(a) for a in node.all_input_nodes]}|{shape};".encode())
+    return h.hexdigest()
+
+
+def plan_program(program, target, options: PlanOptions = PlanOptions(),
+                 placement: Placement | None = None) -> Plan:
+    """The partitioner's decision for Edge program ``program`` (real weights needed where
+    the NPU compiler checks operators): the support checks, the NPU compiler's check of
+    every proposed partition, the partitions. ``placement`` defaults to the one stamped on
+    the program's nodes by the composed quantizer (none: every node is the checks')."""
+    if hasattr(program, "exported_program"):
+        program = program.exported_program()
+    target = get_target(target)
+    if placement is None:
+        placement = Placement.from_program(program)
+    excluded = options.operators_not_to_delegate
+    rejected = refine(program, target, excluded, options.npu_compiler, placement)
+    analysis = SupportAnalysis(program, target, excluded, rejected, placement)
+    groups = propose(program, analysis)
+    where = {n: k for k, group in enumerate(groups) for n in group}
+    nodes = tuple(NodePlan(n.name, v.op, node_id(n), v, where.get(n), node_macs(n))
+                  for n, v in analysis.verdicts.items())
+    fp = fingerprint(program)
+    return Plan(target, options, fp, fp, Placement.from_analysis(analysis), nodes,
+                tuple(tuple(n.name for n in g if n in analysis.verdicts) for g in groups),
+                tuple(tuple(n.name for n in g) for g in groups),
+                MappingProxyType(dict(rejected)))
+
+
+__all__ = ["Plan", "PlanOptions", "NodePlan", "plan_program", "fingerprint"]
