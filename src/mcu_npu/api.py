@@ -12,7 +12,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from .errors import ConfigError, InputError, InvalidProgramError, stage
+from .errors import ConfigError, InvalidProgramError, stage
+from .graph_ids import node_id
 from .npu import COMPILER_NAMES
 from .backend import keep_interfaces_only, use_device_ids
 from .cortex_m import cortex_m_core, is_cortex_m, lower_to_cortex_m
@@ -20,8 +21,9 @@ from .partition import NpuPartitioner
 from .partition.plan import Plan, PlanOptions, plan_program
 from .pipeline import default_aten_passes, export_module, to_edge_program
 from .quantization import NeutronQuantizer, quantize, quantize_qat
-from .quantization.composed import TargetQuantizer, node_id, trial
-from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, check_io, node_macs
+from .program_io import dequantize_outputs, quantize_inputs, quantize_io
+from .quantization.composed import TargetQuantizer, trial
+from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, check_io
 from .targets import get_target
 
 
@@ -53,46 +55,6 @@ class CompiledProgram:
         """The program's outputs as float: dequantized with the reported output parameters
         when it was compiled with ``io="int8"``, unchanged otherwise."""
         return dequantize_outputs(self.report.io, outputs)
-
-
-def _quantized_decomposed():
-    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the ops)
-
-    return torch.ops.quantized_decomposed
-
-
-def quantize_inputs(io: dict, inputs) -> tuple[torch.Tensor, ...]:
-    """Quantize each float input the way the program's own quantize would have (the same
-    op and parameters, so results match the float-I/O program bit for bit); inputs without
-    parameters (``io`` empty: a float-I/O program) pass through."""
-    specs = (io or {}).get("inputs", [])
-    if len(specs) not in (0, len(inputs)):
-        raise InputError(f"the program takes {len(specs)} inputs but {len(inputs)} were given")
-    out = []
-    for i, x in enumerate(inputs):
-        spec = specs[i] if specs else {}
-        if spec.get("scale") is None or not x.dtype.is_floating_point:
-            out.append(x)
-            continue
-        out.append(_quantized_decomposed().quantize_per_tensor(
-            x.to(torch.float32), spec["scale"], spec["zero_point"], spec["quant_min"],
-            spec["quant_max"], getattr(torch, spec["dtype"])))
-    return tuple(out)
-
-
-def dequantize_outputs(io: dict, outputs) -> list[torch.Tensor]:
-    """Dequantize each integer output with its reported parameters; the rest pass through."""
-    specs = (io or {}).get("outputs", [])
-    out = []
-    for i, y in enumerate(outputs):
-        spec = specs[i] if i < len(specs) else {}
-        if spec.get("scale") is None or y.dtype.is_floating_point:
-            out.append(y)
-            continue
-        out.append(_quantized_decomposed().dequantize_per_tensor(
-            y, spec["scale"], spec["zero_point"], spec["quant_min"], spec["quant_max"],
-            getattr(torch, spec["dtype"])))
-    return out
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
@@ -313,25 +275,6 @@ def lower(edge, plan: Plan, target=None):
         for method in edge.methods:
             use_device_ids(edge.exported_program(method))
     return edge
-
-
-def quantize_io(edge) -> tuple:
-    """(``edge`` with int8 program inputs and outputs, their quantization as the report's
-    ``io``): the quantize reading each input and the dequantize making each output are
-    removed from the lowered program in place (``passes.edge``)."""
-    from .passes.edge import RemoveInputQuantize, RemoveOutputDequantize
-
-    if len(edge.methods) != 1:
-        raise ConfigError(f"io='int8' takes a program with one method, this one has "
-                          f"{len(edge.methods)}")
-    program = edge.exported_program(next(iter(edge.methods)))
-    inputs, outputs = RemoveInputQuantize(), RemoveOutputDequantize()
-    with stage("making the program's inputs and outputs int8",
-               "compile with io='float', or report it"):
-        inputs(program)
-        outputs(program)
-    return edge, {"mode": "int8", "inputs": [r.as_dict() for r in inputs.inputs],
-                  "outputs": [r.as_dict() for r in outputs.outputs]}
 
 
 def to_executorch(edge) -> bytes:

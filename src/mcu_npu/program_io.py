@@ -1,0 +1,67 @@
+"""Program I/O in int8 (``compile(..., io="int8")``): the boundary quantize / dequantize
+removed from the lowered program, and the host-side conversions with the recorded
+parameters."""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import ConfigError, InputError, stage
+from .passes.edge import RemoveInputQuantize, RemoveOutputDequantize
+
+
+def _quantized_decomposed():
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the ops)
+
+    return torch.ops.quantized_decomposed
+
+
+def quantize_inputs(io: dict, inputs) -> tuple[torch.Tensor, ...]:
+    """Quantize each float input the way the program's own quantize would have (the same
+    op and parameters, so results match the float-I/O program bit for bit); inputs without
+    parameters (``io`` empty: a float-I/O program) pass through."""
+    specs = (io or {}).get("inputs", [])
+    if len(specs) not in (0, len(inputs)):
+        raise InputError(f"the program takes {len(specs)} inputs but {len(inputs)} were given")
+    out = []
+    for i, x in enumerate(inputs):
+        spec = specs[i] if specs else {}
+        if spec.get("scale") is None or not x.dtype.is_floating_point:
+            out.append(x)
+            continue
+        out.append(_quantized_decomposed().quantize_per_tensor(
+            x.to(torch.float32), spec["scale"], spec["zero_point"], spec["quant_min"],
+            spec["quant_max"], getattr(torch, spec["dtype"])))
+    return tuple(out)
+
+
+def dequantize_outputs(io: dict, outputs) -> list[torch.Tensor]:
+    """Dequantize each integer output with its reported parameters; the rest pass through."""
+    specs = (io or {}).get("outputs", [])
+    out = []
+    for i, y in enumerate(outputs):
+        spec = specs[i] if i < len(specs) else {}
+        if spec.get("scale") is None or y.dtype.is_floating_point:
+            out.append(y)
+            continue
+        out.append(_quantized_decomposed().dequantize_per_tensor(
+            y, spec["scale"], spec["zero_point"], spec["quant_min"], spec["quant_max"],
+            getattr(torch, spec["dtype"])))
+    return out
+
+
+def quantize_io(edge) -> tuple:
+    """(``edge`` with int8 program inputs and outputs, their quantization as the report's
+    ``io``): the quantize reading each input and the dequantize making each output are
+    removed from the lowered program in place (``passes.edge``)."""
+    if len(edge.methods) != 1:
+        raise ConfigError(f"io='int8' takes a program with one method, this one has "
+                          f"{len(edge.methods)}")
+    program = edge.exported_program(next(iter(edge.methods)))
+    inputs, outputs = RemoveInputQuantize(), RemoveOutputDequantize()
+    with stage("making the program's inputs and outputs int8",
+               "compile with io='float', or report it"):
+        inputs(program)
+        outputs(program)
+    return edge, {"mode": "int8", "inputs": [r.as_dict() for r in inputs.inputs],
+                  "outputs": [r.as_dict() for r in outputs.outputs]}
