@@ -1,0 +1,137 @@
+"""Benchmark: compile seconds per model and target, against the float baseline.
+
+Run::
+
+    PYTHONPATH=src python benchmarks/compile_time.py            # every model, three targets
+    PYTHONPATH=src python benchmarks/compile_time.py --quick    # skip the GRU models
+    PYTHONPATH=src python benchmarks/compile_time.py --models ds_cnn --targets imxrt700
+
+For each model (the MLPerf Tiny models and the GRU classifiers of ``ethos_u.py``) and target
+(``imxrt700``, ``corstone-300``, ``corstone-320``), in one fresh process per row:
+
+* baseline: the float model's ``torch.export`` plus ``to_edge`` (no quantization, no
+  delegation), the time any ExecuTorch flow spends before it starts on a backend;
+* npu: seconds inside the NPU compiler's own calls (Vela's Regor compile; 0 for the
+  reference compiler, which runs none);
+* ours: ``mcu_npu.compile`` from the module to the ``.pte`` bytes, the accuracy check
+  excluded (it runs the program on the host and is shown apart).
+
+It prints ``ratio = ours / (baseline + npu)``: the time this project adds around what any
+flow must spend. Wall-clock figures on this machine; the script asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+for _p in (SRC, HERE):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+TARGETS = ("imxrt700", "corstone-300", "corstone-320")
+MLPERF = ("ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder")
+GRUS = ("gru64x2_t49", "bigru32_t20")
+
+
+def worker(name: str, target: str) -> dict:
+    import torch
+    from executorch.exir import to_edge
+
+    import mcu_npu
+    import mcu_npu.api as api
+    from _upstream_arm import capture_regor
+    from ethos_u import build_model, calibration_set
+
+    warnings.simplefilter("ignore")
+    model, example = build_model(name)
+    calibration = calibration_set(example, 16, 2024)
+    t = time.perf_counter()
+    to_edge(torch.export.export(model, example))
+    baseline = time.perf_counter() - t
+
+    accuracy = [0.0]
+    measure = api.measure_accuracy
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return measure(*args, **kwargs)
+        finally:
+            accuracy[0] += time.perf_counter() - start
+
+    api.measure_accuracy = timed
+    with capture_regor() as calls:
+        t = time.perf_counter()
+        prog = mcu_npu.compile(model, example, target=target, calibration=calibration)
+        total = time.perf_counter() - t
+    s = prog.report.summary
+    return {"ok": True, "baseline_s": baseline, "npu_s": sum(sec for _, sec in calls),
+            "ours_s": total - accuracy[0], "accuracy_s": accuracy[0],
+            "npu_ops": f"{s['ops_on_npu']}/{s['ops_total']}", "partitions": s["partitions"]}
+
+
+def run(name: str, target: str, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]),
+                   PYTHONWARNINGS="ignore")
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, target, out]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
+        if not os.path.exists(out):
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            return {"ok": False, "error": lines[-1] if lines else f"exit {proc.returncode}"}
+        with open(out) as f:
+            return json.load(f)
+
+
+def main(argv=None) -> int:
+    if argv is None and sys.argv[1:2] == ["--worker"]:
+        name, target, out = sys.argv[2:5]
+        try:
+            result = worker(name, target)
+        except Exception as exc:  # noqa: BLE001 - one failed row, printed
+            result = {"ok": False, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+        with open(out, "w") as f:
+            json.dump(result, f)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", choices=MLPERF + GRUS)
+    ap.add_argument("--targets", nargs="+", default=list(TARGETS))
+    ap.add_argument("--quick", action="store_true", help="skip the GRU models")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per row")
+    args = ap.parse_args(argv)
+    models = args.models or (MLPERF if args.quick else MLPERF + GRUS)
+    fmt = "{:<18} {:<13} {:>9} {:>7} {:>8} {:>7} {:>9} {:>9}"
+    print(fmt.format("model", "target", "baseline", "npu", "ours", "ratio", "accuracy",
+                     "NPU ops"))
+    for name in models:
+        for target in args.targets:
+            r = run(name, target, args.timeout)
+            if not r.get("ok"):
+                print(f"{name:<18} {target:<13} FAILED: {r.get('error')}")
+                continue
+            ratio = r["ours_s"] / (r["baseline_s"] + r["npu_s"])
+            print(fmt.format(name, target, f"{r['baseline_s']:.2f}", f"{r['npu_s']:.2f}",
+                             f"{r['ours_s']:.2f}", f"{ratio:.2f}", f"{r['accuracy_s']:.2f}",
+                             r["npu_ops"]))
+            sys.stdout.flush()
+    print("\nseconds, wall clock; ratio = ours / (baseline + npu); 'accuracy' is the host run "
+          "of the .pte that compile() adds, not counted in 'ours'")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
