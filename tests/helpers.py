@@ -103,3 +103,18 @@ def assert_loads_in_executorch(buffer: bytes, inputs, outputs, method: str = "fo
                 f"(ScalarType {int(scalar_type_enum(want.dtype))}, got {got.dtype()})"
             assert got.nbytes() == want.numel() * want.element_size(), \
                 f"{where} holds {got.nbytes()} bytes, expected {want.numel() * want.element_size()}"
+
+
+class MixedNpuCpu(torch.nn.Module):
+    """Convs the NPU takes around a gelu it does not (so it runs on the CPU), then a linear:
+    a model whose placement splits between the NPU and the Cortex-M."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8 * 8 * 8, 6)
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(torch.relu(self.a(x)))
+        return self.fc(torch.relu(self.b(y)).flatten(1))

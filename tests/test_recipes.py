@@ -10,7 +10,6 @@ import sys
 import pytest
 import torch
 from executorch.export import ExportRecipe, export, recipe_registry
-from torch import nn
 
 import mcu_npu
 from mcu_npu.errors import ConfigError
@@ -23,7 +22,7 @@ from mcu_npu.recipes import (
 )
 from mcu_npu.runtime import load_program
 
-from helpers import assert_loads_in_executorch, calibration_set, fit
+from helpers import MixedNpuCpu, assert_loads_in_executorch, calibration_set, fit
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
@@ -58,16 +57,7 @@ def test_recipe_errors():
         neutron_recipe(target="imxrt9000")
 
 
-class Mixed(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Conv2d(3, 8, 3, padding=1)
-        self.b = nn.Conv2d(8, 8, 3, padding=1)
-        self.fc = nn.Linear(8 * 8 * 8, 6)
-
-    def forward(self, x):
-        y = nn.functional.gelu(torch.relu(self.a(x)))
-        return self.fc(torch.relu(self.b(y)).flatten(1))
+Mixed = MixedNpuCpu  # gelu stays on the CPU (no NPU conversion)
 
 
 def test_recipe_equals_compile_with_cortex_m_fallback():

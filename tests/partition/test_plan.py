@@ -11,7 +11,7 @@ from executorch.exir import to_edge_transform_and_lower
 from executorch.export import export
 from torch import nn
 
-from helpers import calibration_set, quantized_edge
+from helpers import MixedNpuCpu, calibration_set, quantized_edge
 from mcu_npu.errors import ConfigError
 from mcu_npu.partition import NeutronPartitioner, NpuPartitioner
 from mcu_npu.partition.plan import NodePlan, Plan, PlanOptions, plan_program
@@ -31,18 +31,7 @@ class AllNpu(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-class Mixed(nn.Module):
-    """gelu stays on the CPU (no NPU conversion), so does the excluded linear."""
-
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Conv2d(3, 8, 3, padding=1)
-        self.b = nn.Conv2d(8, 8, 3, padding=1)
-        self.fc = nn.Linear(8 * 8 * 8, 6)
-
-    def forward(self, x):
-        y = nn.functional.gelu(torch.relu(self.a(x)))
-        return self.fc(torch.relu(self.b(y)).flatten(1))
+Mixed = MixedNpuCpu  # gelu stays on the CPU (no NPU conversion)
 
 
 def _models():

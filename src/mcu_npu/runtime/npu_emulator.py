@@ -69,7 +69,10 @@ class _Record:
 
 
 def _tensor_detail(interp, index: int) -> dict:
-    return next(d for d in interp.get_tensor_details() if d["index"] == index)
+    """Shape and dtype of a graph input or output: read from the interpreter's I/O details,
+    not from the details of every tensor in the graph (thousands in a recurrent one)."""
+    return next(d for d in (*interp.get_input_details(), *interp.get_output_details())
+                if d["index"] == index)
 
 
 def _feed(interp, index: int, memory: np.ndarray, what: str) -> None:
