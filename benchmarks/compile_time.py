@@ -3,21 +3,28 @@
 Run::
 
     PYTHONPATH=src python benchmarks/compile_time.py            # every model, three targets
-    PYTHONPATH=src python benchmarks/compile_time.py --quick    # skip the GRU models
+    PYTHONPATH=src python benchmarks/compile_time.py --quick    # skip the recurrent models
     PYTHONPATH=src python benchmarks/compile_time.py --models ds_cnn --targets imxrt700
+    PYTHONPATH=src python benchmarks/compile_time.py --group blocks
 
-For each model (the MLPerf Tiny models and the GRU classifiers of ``ethos_u.py``) and target
-(``imxrt700``, ``corstone-300``, ``corstone-320``), in one fresh process per row:
+For each model (the MLPerf Tiny models of ``mcu_npu.models.mlperf_tiny``; the GRU
+classifiers of ``ethos_u.py`` and an LSTM classifier; the block models of
+``mcu_npu.models.blocks``) and target (``imxrt700``, ``corstone-300``, ``corstone-320``),
+in one fresh process per row:
 
 * baseline: the float model's ``torch.export`` plus ``to_edge`` (no quantization, no
   delegation), the time any ExecuTorch flow spends before it starts on a backend;
 * npu: seconds inside the NPU compiler's own calls (Vela's Regor compile; 0 for the
   reference compiler, which runs none);
 * ours: ``mcu_npu.compile`` from the module to the ``.pte`` bytes, the accuracy check
-  excluded (it runs the program on the host and is shown apart).
+  excluded (it runs the program on the host and is shown apart);
+* calib: the part of ``ours`` spent running the calibration samples through the observed
+  graph (in float64, ``neutron_quantizer.calibrate``): it grows with the number of samples
+  the user gives, not with the compiler.
 
 It prints ``ratio = ours / (baseline + npu)``: the time this project adds around what any
-flow must spend. Wall-clock figures on this machine; the script asserts nothing.
+flow must spend, ``ratio-c`` the same without calibration, and lists the rows whose ratio
+is 3 or more. Wall-clock figures on this machine; the script asserts nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +46,45 @@ for _p in (SRC, HERE):
 
 TARGETS = ("imxrt700", "corstone-300", "corstone-320")
 MLPERF = ("ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder")
-GRUS = ("gru64x2_t49", "bigru32_t20")
+RECURRENT = ("gru64x2_t49", "bigru32_t20", "lstm32_t20")
+BLOCKS = ("mobilenet_v3_style", "efficientnet_style", "transformer_encoder_style")
+GROUPS = {"mlperf": MLPERF, "recurrent": RECURRENT, "blocks": BLOCKS}
+
+
+def build(name: str):
+    """(model, example_inputs) of a benchmark model, deterministic."""
+    import torch
+    from ethos_u import build_model
+
+    from mcu_npu.models.blocks import BLOCK_MODELS
+
+    if name in BLOCK_MODELS:
+        model, example = BLOCK_MODELS[name]()
+    elif name == "lstm32_t20":
+        model, example = _lstm_classifier(16, 32, 4, 20)
+    else:
+        model, example = build_model(name)
+    example = (example,) if isinstance(example, torch.Tensor) else tuple(example)
+    return model.eval(), example
+
+
+def _lstm_classifier(input_size: int, hidden: int, classes: int, steps: int, seed: int = 0):
+    """A one-layer LSTM over ``steps`` frames, its last output classified by a linear layer."""
+    import torch
+    from torch import nn
+
+    class LSTMClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(input_size, hidden, batch_first=True)
+            self.fc = nn.Linear(hidden, classes)
+
+        def forward(self, x):
+            return self.fc(self.lstm(x)[0][:, -1])
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LSTMClassifier().eval(), (torch.randn(1, steps, input_size),)
 
 
 def worker(name: str, target: str) -> dict:
@@ -48,11 +93,12 @@ def worker(name: str, target: str) -> dict:
 
     import mcu_npu
     import mcu_npu.api as api
+    from mcu_npu.quantization import neutron_quantizer
     from _upstream_arm import capture_regor
-    from ethos_u import build_model, calibration_set
+    from ethos_u import calibration_set
 
     warnings.simplefilter("ignore")
-    model, example = build_model(name)
+    model, example = build(name)
     calibration = calibration_set(example, 16, 2024)
     t = time.perf_counter()
     to_edge(torch.export.export(model, example))
@@ -69,6 +115,17 @@ def worker(name: str, target: str) -> dict:
             accuracy[0] += time.perf_counter() - start
 
     api.measure_accuracy = timed
+    calibration_s = [0.0]
+    calibrate = neutron_quantizer.calibrate
+
+    def timed_calibration(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return calibrate(*args, **kwargs)
+        finally:
+            calibration_s[0] += time.perf_counter() - start
+
+    neutron_quantizer.calibrate = timed_calibration
     with capture_regor() as calls:
         t = time.perf_counter()
         prog = mcu_npu.compile(model, example, target=target, calibration=calibration)
@@ -76,6 +133,7 @@ def worker(name: str, target: str) -> dict:
     s = prog.report.summary
     return {"ok": True, "baseline_s": baseline, "npu_s": sum(sec for _, sec in calls),
             "ours_s": total - accuracy[0], "accuracy_s": accuracy[0],
+            "calibration_s": calibration_s[0],
             "npu_ops": f"{s['ops_on_npu']}/{s['ops_total']}", "partitions": s["partitions"]}
 
 
@@ -108,28 +166,40 @@ def main(argv=None) -> int:
             json.dump(result, f)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", choices=MLPERF + GRUS)
+    ap.add_argument("--models", nargs="+", choices=MLPERF + RECURRENT + BLOCKS)
+    ap.add_argument("--group", nargs="+", choices=sorted(GROUPS),
+                    help="only the models of these groups")
     ap.add_argument("--targets", nargs="+", default=list(TARGETS))
-    ap.add_argument("--quick", action="store_true", help="skip the GRU models")
+    ap.add_argument("--quick", action="store_true", help="skip the recurrent models")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per row")
     args = ap.parse_args(argv)
-    models = args.models or (MLPERF if args.quick else MLPERF + GRUS)
-    fmt = "{:<18} {:<13} {:>9} {:>7} {:>8} {:>7} {:>9} {:>9}"
-    print(fmt.format("model", "target", "baseline", "npu", "ours", "ratio", "accuracy",
-                     "NPU ops"))
+    models = args.models or [m for g in (args.group or GROUPS) for m in GROUPS[g]
+                             if not (args.quick and m in RECURRENT)]
+    fmt = "{:<26} {:<13} {:>9} {:>7} {:>8} {:>7} {:>7} {:>8} {:>9} {:>9}"
+    print(fmt.format("model", "target", "baseline", "npu", "ours", "ratio", "calib",
+                     "ratio-c", "accuracy", "NPU ops"))
+    over = []
     for name in models:
         for target in args.targets:
             r = run(name, target, args.timeout)
             if not r.get("ok"):
-                print(f"{name:<18} {target:<13} FAILED: {r.get('error')}")
+                print(f"{name:<26} {target:<13} FAILED: {r.get('error')}")
                 continue
             ratio = r["ours_s"] / (r["baseline_s"] + r["npu_s"])
+            if ratio >= 3:
+                over.append(f"{name} on {target}: {ratio:.2f}")
+            calib = r["calibration_s"]
             print(fmt.format(name, target, f"{r['baseline_s']:.2f}", f"{r['npu_s']:.2f}",
-                             f"{r['ours_s']:.2f}", f"{ratio:.2f}", f"{r['accuracy_s']:.2f}",
-                             r["npu_ops"]))
+                             f"{r['ours_s']:.2f}", f"{ratio:.2f}", f"{calib:.2f}",
+                             f"{(r['ours_s'] - calib) / (r['baseline_s'] + r['npu_s']):.2f}",
+                             f"{r['accuracy_s']:.2f}", r["npu_ops"]))
             sys.stdout.flush()
-    print("\nseconds, wall clock; ratio = ours / (baseline + npu); 'accuracy' is the host run "
-          "of the .pte that compile() adds, not counted in 'ours'")
+    print("\nseconds, wall clock; ratio = ours / (baseline + npu); 'calib' is the part of "
+          "'ours' spent running the calibration samples (in float64), 'ratio-c' the ratio "
+          "without it; 'accuracy' is the host run of the .pte that compile() adds, not "
+          "counted in 'ours'")
+    if over:
+        print("ratio 3 or more: " + "; ".join(over))
     return 0
 
 

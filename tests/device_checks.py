@@ -6,7 +6,7 @@ from __future__ import annotations
 from mcu_npu.device_io import neutron_layout
 from mcu_npu.npu import ethosu_payload as bin_stream
 from mcu_npu.npu import neutron_payload as nxp
-from mcu_npu.payload import host_graph_key, is_container, unpack_reference
+from mcu_npu.payload import find_host_graph, is_container, unpack_reference
 from mcu_npu.runtime.delegates import output_counts
 from mcu_npu.runtime.pte import load
 
@@ -69,7 +69,7 @@ def assert_ethos_u_io_matches(buffer: bytes) -> None:
 
 
 def neutron_host_graph(processed: bytes, named_data):
-    payload = processed if is_container(processed) else named_data[host_graph_key(processed)]
+    payload = processed if is_container(processed) else find_host_graph(named_data, processed)
     model, meta = unpack_reference(payload)
     if is_container(processed):
         return model, meta["neutron_formats"]["inputs"], meta["neutron_formats"]["outputs"], \

@@ -37,6 +37,10 @@ def branchy():
 def conv1d_no_batch():
     torch.manual_seed(0)
     return nn.Conv1d(3, 4, 3).eval(), (torch.randn(3, 16),)
+
+def float64():
+    torch.manual_seed(0)
+    return nn.Linear(8, 4).double().eval(), (torch.randn(2, 8, dtype=torch.float64),)
 '''
 
 
@@ -116,40 +120,55 @@ def _chain(exc):
         exc = exc.__cause__
 
 
-def test_cortex_m_lowering_failure_names_stage_node_and_op():
-    """A conv1d on an input without batch dimension stays on the CPU, and ExecuTorch's
-    Cortex-M explicit-layout lowering refuses it (ValidateCortexMExplicitLayoutPass)."""
-    x = torch.randn(3, 16)
+class CeilPool(nn.Module):
+    def forward(self, x):
+        return nn.functional.max_pool2d(x, 3, 2, ceil_mode=True)
+
+
+def test_cortex_m_lowering_failure_names_stage_node_op_and_source_line(monkeypatch):
+    """With upstream's own explicit-layout pass list (its final validation refuses any
+    pooling left un-lowered), a ceil-mode max pool, which the plan leaves to a portable
+    kernel, fails inside ExecuTorch: the error names the stage, the node, the op and the
+    model line it came from."""
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+
+    import mcu_npu.cortex_m
+
+    monkeypatch.setattr(mcu_npu.cortex_m, "_lowering_passes",
+                        lambda: list(CortexMPassManager.explicit_layout_pass_list))
+    x = torch.randn(1, 3, 9, 9)
     with pytest.raises(UnsupportedModelError) as info:
-        mcu_npu.compile(nn.Conv1d(3, 4, 3).eval(), (x,), target="imxrt700", calibration=[(x,)],
-                        npu_compiler="reference")
+        mcu_npu.compile(CeilPool(), (x,), target="imxrt700", calibration=[(x,)],
+                        npu_compiler="reference", operators_not_to_delegate=["*"])
     err = info.value
     first, todo = str(err).splitlines()
-    assert first.startswith("lowering to the Cortex-M kernels failed at node 'conv1d' "
-                            "(aten.convolution): RuntimeError: Cortex-M explicit layout"), first
+    assert first.startswith("lowering to the Cortex-M kernels failed at node 'max_pool2d' "
+                            "(aten.max_pool2d), from "), first
+    assert err.source.endswith("test_errors.py:" + str(CeilPool.forward.__code__.co_firstlineno + 1)
+                               + " (return nn.functional.max_pool2d(x, 3, 2, ceil_mode=True))")
+    assert ": RuntimeError: Cortex-M explicit layout" in first
     assert "schema" not in first  # ExecuTorch's op schema shortened to the op's name
-    assert todo.startswith("To work around it: aten.convolution stays on the CPU")
+    assert todo.startswith("To work around it: aten.max_pool2d stays on the CPU")
     assert (err.stage, err.node, err.op) == \
-        ("lowering to the Cortex-M kernels", "conv1d", "aten.convolution")
+        ("lowering to the Cortex-M kernels", "max_pool2d", "aten.max_pool2d")
     assert err.__cause__ is not None and not isinstance(err.__cause__, McuNpuError)
     assert any(type(e) is RuntimeError and "NHWC-eligible" in str(e) for e in _chain(err))
 
 
-def test_quantization_failure_names_stage_node_and_op_and_the_way_out():
-    """torchao's prepare recurses without end on the shared specs the composed quantizer
-    gives a where whose inputs are on the CPU; keeping the op named off the NPU avoids it."""
+def test_where_next_to_an_npu_node_compiles():
+    """A ``where`` and its comparison stay on the CPU with no Cortex-M kernel: they run as
+    portable kernels (the Cortex-M shared-quantization rule, which made torchao's prepare
+    recurse without end next to the NPU's mul, is kept off them)."""
     x = torch.randn(2, 8)
-    with pytest.raises(UnsupportedModelError) as info:
-        mcu_npu.compile(Where(), (x,), calibration=[(x,)], npu_compiler="reference")
-    err = info.value
-    assert str(err).startswith(
-        "quantizing for the NPU and the Cortex-M kernels failed at node 'mul' (aten.mul.Tensor): "
-        "RecursionError"), str(err)
-    assert "operators_not_to_delegate=['aten.mul.Tensor']" in str(err).splitlines()[1]
-    assert isinstance(err.__cause__, RecursionError)
-    prog = mcu_npu.compile(Where(), (x,), calibration=[(x,)], npu_compiler="reference",
-                           operators_not_to_delegate=[err.op])
-    assert torch.allclose(prog.run(x)[0], Where()(x), atol=0.1)
+    for target in ("imxrt700", "corstone-300"):
+        prog = mcu_npu.compile(Where(), (x,), target, calibration=[(x,)])
+        ops = {o.op: o for o in prog.report.ops}
+        assert ops["aten.mul.Tensor"].placement.startswith("NPU")
+        assert ops["aten.where.self"].reason.endswith("the Cortex-M kernels have no where.self")
+        want = prog.reference(x)
+        step = float([n for n in prog.reference.graph.nodes
+                      if "dequantize_per_tensor" in str(n.target)][-1].args[1])
+        assert float((prog.run(x)[0] - want).abs().max()) <= step + 1e-6
 
 
 def test_edge_conversion_failure_names_the_quantize_node():
@@ -212,7 +231,8 @@ def test_stage_finds_the_node_torch_fx_was_running():
                 raise TypeError("no rule for relu")
 
     with pytest.raises(UnsupportedModelError, match=r"^checking failed at node 'relu' "
-                       r"\(aten.relu\): TypeError: no rule for relu\n.*keep aten.relu off") as info:
+                       r"\(aten.relu\), from .*test_errors.py:\d+ \(return torch.relu\(x\) @ "
+                       r"torch.ones\(4, 5\)\): TypeError: no rule for relu\n.*keep aten.relu off") as info:
         with stage("checking", lambda op: f"keep {op} off the NPU"):
             visit(gm.graph)  # the innermost frame holding a ``node`` names it
 
@@ -269,10 +289,17 @@ def test_cli_export_failure(model_file, tmp_path):
 
 def test_cli_failure_inside_executorch(model_file, tmp_path):
     out = tmp_path / "o.pte"
-    r = cli("compile", f"{model_file}:conv1d_no_batch", "--npu-compiler", "reference", "-o", out)
-    assert_one_line_error(r, "mcu-npu: error: lowering to the Cortex-M kernels failed at node "
-                             "'conv1d' (aten.convolution): RuntimeError")
+    r = cli("compile", f"{model_file}:float64", "--npu-compiler", "reference", "-o", out)
+    assert_one_line_error(r, "mcu-npu: error: converting the quantized model to the Edge "
+                             "dialect failed at node 'quantize_per_tensor_default'")
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_cli_conv1d_without_batch_compiles(model_file, tmp_path):
+    out = tmp_path / "o.pte"
+    r = cli("compile", f"{model_file}:conv1d_no_batch", "--npu-compiler", "reference", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert out.exists()
 
 
 def test_cli_calibration_mismatch(model_file, tmp_path):

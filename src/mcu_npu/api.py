@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Callable, Iterable
 import torch
 
 from .errors import ConfigError, InvalidProgramError, stage
+from .files import write_atomic
 from .graph_ids import node_id
 from .npu import COMPILER_NAMES
 from .backend import keep_interfaces_only, use_device_ids
@@ -46,6 +46,14 @@ class CompiledProgram:
             self._program = load(self.buffer)
         return self._program.run(*inputs)
 
+    def save_selected_ops(self, path: str | os.PathLike,
+                          pte_path: str | os.PathLike | None = None) -> Path:
+        """Write ExecuTorch's selective-build operator list for this program (made by
+        ExecuTorch's ``gen_oplist`` from the ``.pte``; ``pte_path``: where it was saved)."""
+        from .kernels_list import write_selected_ops
+
+        return write_selected_ops(self.buffer, path, pte_path)
+
     def quantize_inputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Float inputs as the program takes them: quantized with the reported input
         parameters when it was compiled with ``io="int8"``, unchanged otherwise."""
@@ -55,21 +63,6 @@ class CompiledProgram:
         """The program's outputs as float: dequantized with the reported output parameters
         when it was compiled with ``io="int8"``, unchanged otherwise."""
         return dequantize_outputs(self.report.io, outputs)
-
-
-def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file, so no partial file is ever left."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _as_inputs(x) -> tuple:
@@ -147,6 +140,7 @@ def compile(
     progress: bool | None = None,
     train_fn: Callable[[torch.fx.GraphModule], None] | None = None,
     io: str = "float",
+    deployable: bool = False,
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -157,14 +151,19 @@ def compile(
     Cortex-M int8 kernels) consume and produce: no quantize of an input, no dequantize of an
     output on the CPU; the report's ``io`` gives each one's scale and zero point, and
     ``run`` takes and returns int8 tensors (``quantize_inputs`` / ``dequantize_outputs``
-    convert). ``io="float"`` (the default) keeps float inputs and outputs."""
+    convert). ``io="float"`` (the default) keeps float inputs and outputs.
+
+    A program that would not run on the board (payloads for the host only, from the
+    reference NPU compiler; an operator no kernel library of the target provides) warns;
+    with ``deployable=True`` it raises ``NotDeployableError`` instead."""
     with stage("compiling the model"):  # any failure the stages below do not name
         return _compile(model, example_inputs, target, calibration, npu_compiler,
-                        operators_not_to_delegate, progress, train_fn, io)
+                        operators_not_to_delegate, progress, train_fn, io, deployable)
 
 
 def _compile(model, example_inputs, target, calibration, npu_compiler,
-             operators_not_to_delegate, progress, train_fn, io) -> CompiledProgram:
+             operators_not_to_delegate, progress, train_fn, io,
+             deployable=False) -> CompiledProgram:
     tgt = get_target(target)
     check_io(io)
     if npu_compiler not in COMPILER_NAMES:
@@ -210,6 +209,12 @@ def _compile(model, example_inputs, target, calibration, npu_compiler,
         report.accuracy = {}
         edge._named_data_store.add_named_data(REPORT_KEY, report.to_json().encode())
     buffer = to_executorch(edge)
+    with stage("checking the program against the target's kernels"):
+        from . import deployability
+        from .kernels_list import fill_report
+
+        fill_report(report, buffer, tgt, edge, {n.ident: n.node for n in decided.nodes})
+        deployability.check(report, tgt, deployable, stacklevel=3)
     prog = CompiledProgram(buffer, report, reference)
     with stage("checking the program's accuracy on the host"):
         report.accuracy = measure_accuracy(float_model, reference, prog, samples[:4])
@@ -256,7 +261,8 @@ def plan_edge(edge, target, decided: Plan | PlanOptions) -> Plan:
         if isinstance(decided, Plan):
             if decided.describes(program):
                 return decided
-            decided = decided.options
+            return replace(plan_program(program, target, decided.options),
+                           portable=decided.portable)
         return plan_program(program, target, decided)
 
 
@@ -298,6 +304,8 @@ def build_report(plan: Plan, edge) -> Report:
                                    n.macs))
             continue
         reason = n.verdict.reason or "its neighbours left no NPU partition worth making"
+        if n.ident in plan.portable:
+            reason = f"{reason}; {plan.portable[n.ident]}"
         kernel = cpu_kernels.get(n.ident, "float")
         ops.append(OpPlacement(n.node, n.op, _CPU_PLACES[kernel],
                                "portable" if kernel in ("float", "int8") else "cortex-m",
@@ -309,7 +317,12 @@ def build_report(plan: Plan, edge) -> Report:
     ]
     compilers = sorted({p.compiler for p in parts}) or ["none"]
     notes = [n for info in infos for n in info.get("notes", [])]
-    return Report(plan.target.name, "+".join(compilers), ops, parts, notes=notes)
+    from .deployability import HOST_ONLY_COMPILER, edge_payloads, versions_record
+
+    return Report(plan.target.name, "+".join(compilers), ops, parts, notes=notes,
+                  host_only=HOST_ONLY_COMPILER in compilers,
+                  versions=versions_record(plan.target, [c for c in compilers if c != "none"],
+                                           edge_payloads(edge)))
 
 
 _CPU_PLACES = {
@@ -334,8 +347,8 @@ def _cpu_kernels(edge) -> dict[str, str]:
             kernels[ident] = "cortex-m"
         elif kernels.get(ident) != "cortex-m":
             val = node.meta.get("val")
-            floating = isinstance(val, torch.Tensor) and val.dtype.is_floating_point
-            kernels[ident] = "float" if floating or kernels.get(ident) == "float" else "int8"
+            int8 = isinstance(val, torch.Tensor) and val.dtype == torch.int8
+            kernels[ident] = "int8" if int8 and kernels.get(ident) != "float" else "float"
     return _FusedDefault(kernels)
 
 
@@ -395,7 +408,14 @@ class LoadedProgram:
     @property
     def report(self) -> Report | None:
         raw = self._program.named_data.get(REPORT_KEY)
-        return Report.from_json(raw) if raw is not None else None
+        if raw is None:
+            return None
+        report = Report.from_json(raw)
+        if not report.kernels:  # read from the serialized program, not stored in it
+            from .kernels_list import fill_report
+
+            fill_report(report, self._program)
+        return report
 
     @property
     def input_specs(self):

@@ -44,7 +44,8 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
     store = None
     if artifact.host_graph is not None:
         named = NamedDataStore()
-        named.add_named_data(host_graph_key(artifact.payload), artifact.host_graph)
+        named.add_named_data(host_graph_key(artifact.payload, artifact.host_graph),
+                             artifact.host_graph)
         store = named.get_named_data_store_output()
     return PreprocessResult(processed_bytes=artifact.payload, data_store_output=store,
                             _delegate_info_meta=info)

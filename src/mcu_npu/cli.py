@@ -1,4 +1,4 @@
-"""The ``mcu-npu`` command: compile, run, report, targets.
+"""The ``mcu-npu`` command: compile, run, report, check, targets.
 
 Errors print one line (``mcu-npu: error: ...``) and exit 2; no traceback, no partial output
 file. Set MCU_NPU_DEBUG=1 to see tracebacks.
@@ -27,6 +27,9 @@ def _quiet() -> None:
     for name in ("torch", "torchao", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
     logging.getLogger().setLevel(logging.ERROR)
+    # fake-tensor propagation logs the traceback of an op it cannot run before raising; the
+    # raised error reaches the user as one line, the log would add the traceback
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
 
 
 def load_model_spec(spec: str):
@@ -113,13 +116,16 @@ def cmd_compile(args) -> int:
         prog = api.compile(model, inputs, target=args.target, calibration=calibration,
                            npu_compiler=args.npu_compiler,
                            operators_not_to_delegate=args.exclude or (), progress=None,
-                           io=args.io)
+                           io=args.io, deployable=args.require_deployable)
     for w in caught:
         if issubclass(w.category, UserWarning) and "mcu_npu" in (w.filename or ""):
             print(f"mcu-npu: warning: {w.message}", file=sys.stderr)
     prog.save(args.output)
     print(prog.report)
     print(f"\nwrote {args.output} ({len(prog.buffer):,} bytes)")
+    if args.ops_yaml:
+        prog.save_selected_ops(args.ops_yaml, pte_path=args.output)
+        print(f"wrote {args.ops_yaml} (ExecuTorch selected operators)")
     return 0
 
 
@@ -157,7 +163,7 @@ def _save_outputs(path: str, outputs) -> None:
 
     import numpy as np
 
-    from .api import write_atomic
+    from .files import write_atomic
     from .errors import ConfigError
 
     buf = io.BytesIO()
@@ -179,6 +185,15 @@ def cmd_report(args) -> int:
         raise InvalidProgramError(f"{args.program!r} carries no mcu-npu report")
     print(report.to_json() if args.json else report)
     return 0
+
+
+def cmd_check(args) -> int:
+    from .check import check_program
+
+    problems = check_program(args.program, args.target)
+    for p in problems:
+        print(f"{args.program}: {p}")
+    return 1 if problems else 0
 
 
 def cmd_targets(args) -> int:
@@ -205,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(the NPU's tensors as they are; the report gives their scale and "
                         "zero point)")
     c.add_argument("-o", "--output", required=True, help="the .pte to write")
+    c.add_argument("--require-deployable", action="store_true",
+                   help="fail (no output) unless the program can run on the board: no "
+                        "host-only NPU payloads, a kernel for every operator")
+    c.add_argument("--ops-yaml", metavar="FILE",
+                   help="also write ExecuTorch's selective-build operator list "
+                        "(selected_operators.yaml) for the program")
     c.set_defaults(func=cmd_compile)
     r = sub.add_parser("run", help="run a .pte on the host")
     r.add_argument("program")
@@ -215,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("program")
     rp.add_argument("--json", action="store_true", help="JSON instead of a table")
     rp.set_defaults(func=cmd_report)
+    ck = sub.add_parser("check", help="check, without running it, that a .pte can run on a "
+                        "target's board; one line per problem, exit 1 when any")
+    ck.add_argument("program")
+    ck.add_argument("--target", required=True, help="target preset (see `mcu-npu targets`)")
+    ck.set_defaults(func=cmd_check)
     t = sub.add_parser("targets", help="list the target presets")
     t.set_defaults(func=cmd_targets)
     return p

@@ -71,6 +71,7 @@ def to_edge_in_place(ep: ExportedProgram, config: EdgeCompileConfig) -> EdgeProg
     for node in gm.graph.nodes:
         if node.op == "call_function" and should_lower_to_edge(node.target):
             node.target = aten_to_edge(node.target)
+            _clone_as_dim_order(node)
             node._rename(gm.graph._target_to_str(node.target))  # the name a re-trace gives
     _mark_sources(gm)
     gm.recompile()
@@ -117,12 +118,35 @@ def needs_retrace(gm: GraphModule) -> str | None:
         op = node.target
         if not isinstance(op, torch._ops.OpOverload):
             return f"{node.name} calls {op}, not an ATen operator"
-        if should_lower_to_edge(op) and aten_to_edge(_copy_of(op)) in DimOrderOpsMap:
+        if should_lower_to_edge(op) and aten_to_edge(_copy_of(op)) in DimOrderOpsMap and \
+                not _clone_as_dim_order(node, check_only=True):
             return f"{node.name} takes a memory format"
         reason = _scalar_for_tensor(node) or _mixed_dtypes(node)
         if reason:
             return reason
     return None
+
+
+def _clone_as_dim_order(node: Node, check_only: bool = False) -> bool:
+    """``MemoryFormatOpsPass`` on an Edge ``clone`` node: ``_clone_dim_order`` with the dim
+    order of its memory format (the input's for ``preserve_format``). False (node untouched)
+    for any other node or a memory format without a dim order (a re-trace decides those)."""
+    if node.target not in (aten.clone.default, _EDGE_CLONE):
+        return False
+    kwargs = dict(node.kwargs)
+    fmt = kwargs.pop("memory_format", torch.preserve_format)
+    x = node.args[0].meta.get("val") if isinstance(node.args[0], Node) else None
+    if len(node.args) != 1 or not isinstance(x, torch.Tensor) or \
+            fmt not in (None, torch.preserve_format, torch.contiguous_format):
+        return False
+    if not check_only and node.target == _EDGE_CLONE:
+        kwargs["dim_order"] = list(range(x.dim())) if fmt == torch.contiguous_format \
+            else [int(d) for d in x.dim_order()]
+        node.target, node.kwargs = DimOrderOpsMap[_EDGE_CLONE], kwargs
+    return True
+
+
+_EDGE_CLONE = aten_to_edge(aten.clone.default)
 
 
 def _copy_of(op):

@@ -68,17 +68,19 @@ def stage_error(name: str, exc: BaseException, hint: str | Callable[[str], str] 
                 error: type[McuNpuError] | None = None) -> McuNpuError:
     """The ``McuNpuError`` ``stage`` raises for ``exc``: its message, and the ``stage``,
     ``node``, ``op`` and ``hint`` found, as attributes."""
-    node, op = failing_node(exc)
+    node, op, source = _failing(exc)
     root = root_cause(exc)
     where = ""
     if node and op:
         where = f" at node {node!r} ({op})"
     elif node or op:
         where = f" at {'node ' + repr(node) if node else op}"
+    if source:
+        where += f", from {source}"
     what = f"{type(root).__name__}: {first_line(root)}" if first_line(root) else type(root).__name__
     todo = hint(op) if callable(hint) else (hint or REPORT_HINT).replace("{op}", op or "the op")
     err = (error or UnsupportedModelError)(f"{name} failed{where}: {what}\nTo work around it: {todo}")
-    err.stage, err.node, err.op, err.hint = name, node, op, todo
+    err.stage, err.node, err.op, err.hint, err.source = name, node, op, todo, source
     return err
 
 
@@ -119,11 +121,17 @@ def failing_node(exc: BaseException) -> tuple[str, str]:
     interpreter adds, then the innermost traceback frame (deepest exception first) holding
     an FX call node in a local named like ``node``. A node traced back to the quantized
     graph is named as the compile report names it (``mcu_npu_id``)."""
+    return _failing(exc)[:2]
+
+
+def _failing(exc: BaseException) -> tuple[str, str, str]:
+    """``failing_node``'s (node, op), and the model source line the node came from ("" when
+    unknown)."""
     chain = list(_chain(exc))
     for e in chain:
         m = _FX_NODE.search(str(e))
         if m:
-            return m.group(1), _op_name(m.group(2))
+            return m.group(1), _op_name(m.group(2)), ""
     for e in reversed(chain):
         frames = []
         tb = e.__traceback__
@@ -132,10 +140,26 @@ def failing_node(exc: BaseException) -> tuple[str, str]:
             tb = tb.tb_next
         for frame in reversed(frames):
             for key in _NODE_LOCALS:
-                found = _describe_node(frame.f_locals.get(key))
+                value = frame.f_locals.get(key)
+                found = _describe_node(value)
                 if found is not None:
-                    return found
-    return "", ""
+                    return (*found, source_line(value))
+    return "", "", ""
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*(?:\n(?!\s*File )\s*([^\n]*))?')
+
+
+def source_line(node) -> str:
+    """``path:line (code)`` of the model source a node was traced from (its ``stack_trace``):
+    the innermost frame outside torch's own sources, "" when the node has no trace."""
+    trace = getattr(node, "meta", {}).get("stack_trace") or ""
+    frames = _FRAME.findall(trace)
+    if not frames:
+        return ""
+    own = [f for f in frames if "/torch/" not in f[0].replace("\\", "/")]
+    path, line, code = (own or frames)[-1]
+    return f"{path}:{line}" + (f" ({code.strip()})" if code.strip() else "")
 
 
 def _describe_node(node) -> tuple[str, str] | None:

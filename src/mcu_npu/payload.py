@@ -1,9 +1,16 @@
 """The mcu-npu payload container: named, 16-byte aligned sections behind a small header.
 
-Layout (little endian)::
+Layout (little endian), version 2::
 
-    b"MNPU" | u16 version | u16 section count | count x (name: 16 bytes NUL-padded,
-    u32 offset, u32 size) | section data, each starting at a 16-byte boundary
+    00 00 00 ff | b"MNPU" | u16 version | u16 section count | 20 zero bytes |
+    count x (name: 16 bytes NUL-padded, u32 offset, u32 size) | section data, each starting
+    at a 16-byte boundary
+
+The first four bytes are a device guard: the Neutron runtime reads them as 0 inputs,
+0 outputs and payload version 255, then looks for its microcode magic at byte 16 and finds 0,
+so its init refuses the payload ("does not contain a valid Neutron microcode") instead of
+misreading it; the Ethos-U runtime refuses it for lacking its ``vela_bin_stream`` block.
+Version 1 containers (``b"MNPU"`` at byte 0, no guard) are still read.
 
 Sections used: ``meta`` (UTF-8 JSON: compiler, target, partition inputs / outputs with their
 layout and quantization, compiler statistics) and ``tflite`` (the partition's int8 TFLite
@@ -25,16 +32,33 @@ from .errors import InvalidProgramError
 from .tflite_model import IOSpec, TFLiteModel
 
 MAGIC = b"MNPU"
-VERSION = 1
+VERSION = 2
+DEVICE_GUARD = b"\x00\x00\x00\xff"
+"""Read by the Neutron runtime as 0 inputs, 0 outputs, 0 arguments, payload version 255."""
 ALIGN = 16
-_HEADER = struct.Struct("<4sHH")
+_HEADER = struct.Struct("<4s4sHH20x")  # guard, magic, version, count; byte 16..19 stay 0
+_HEADER_V1 = struct.Struct("<4sHH")
 _ENTRY = struct.Struct("<16sII")
 HOST_GRAPH_PREFIX = "mcu_npu.host_graph."
 
 
-def host_graph_key(payload: bytes) -> str:
-    """Named-data key of the host graph kept beside ``payload``."""
-    return HOST_GRAPH_PREFIX + hashlib.sha256(bytes(payload)).hexdigest()[:16]
+def host_graph_key(payload: bytes, host_graph: bytes | None = None) -> str:
+    """Named-data key of the host graph kept beside ``payload``: the payload's digest, then
+    (given ``host_graph``) the graph's own. Two partitions can compile to the same payload
+    from graphs that differ only in tensor names; each keeps its graph under its own key,
+    and any of them reproduces what that payload computes."""
+    key = HOST_GRAPH_PREFIX + hashlib.sha256(bytes(payload)).hexdigest()[:16]
+    if host_graph is not None:
+        key += "." + hashlib.sha256(bytes(host_graph)).hexdigest()[:16]
+    return key
+
+
+def find_host_graph(named_data, payload: bytes) -> bytes | None:
+    """The host graph kept beside ``payload`` in a program's named data, if any."""
+    key = host_graph_key(payload)
+    if key in named_data:
+        return named_data[key]
+    return next((v for k, v in named_data.items() if k.startswith(key + ".")), None)
 
 
 def _pad(n: int) -> int:
@@ -51,26 +75,37 @@ def pack(sections: dict[str, bytes]) -> bytes:
         entries.append(_ENTRY.pack(name.encode(), offset, len(data)))
         blobs.append(data + b"\0" * (_pad(len(data)) - len(data)))
         offset += _pad(len(data))
-    head = _HEADER.pack(MAGIC, VERSION, len(sections)) + b"".join(entries)
+    head = _HEADER.pack(DEVICE_GUARD, MAGIC, VERSION, len(sections)) + b"".join(entries)
     return head + b"\0" * (table_end - len(head)) + b"".join(blobs)
 
 
 def is_container(buffer: bytes) -> bool:
-    return bytes(buffer[:4]) == MAGIC
+    """Whether ``buffer`` starts as an mcu-npu container (version 2, or version 1)."""
+    head = bytes(buffer[:8])
+    return head == DEVICE_GUARD + MAGIC or head[:4] == MAGIC
 
 
 def unpack(buffer: bytes) -> dict[str, bytes]:
     """Sections of a container; InvalidProgramError when the bytes are not one."""
     buffer = bytes(buffer)
-    if len(buffer) < _HEADER.size or not is_container(buffer):
+    if len(buffer) < _HEADER_V1.size or not is_container(buffer):
         raise InvalidProgramError("delegate payload is not an mcu-npu container (bad magic)")
-    _, version, count = _HEADER.unpack_from(buffer)
-    if version != VERSION:
+    if buffer[:4] == MAGIC:
+        header, (_, version, count) = _HEADER_V1, _HEADER_V1.unpack_from(buffer)
+        expected = 1
+    else:
+        if len(buffer) < _HEADER.size:
+            raise InvalidProgramError("payload container is truncated")
+        header, (_, _, version, count) = _HEADER, _HEADER.unpack_from(buffer)
+        expected = VERSION
+    if version != expected:
         raise InvalidProgramError(f"payload container version {version} is not supported "
-                                  f"(this mcu-npu reads version {VERSION})")
+                                  f"(this mcu-npu reads versions 1 and {VERSION})")
+    if header.size + count * _ENTRY.size > len(buffer):
+        raise InvalidProgramError("payload container is truncated")
     sections = {}
     for i in range(count):
-        name, offset, size = _ENTRY.unpack_from(buffer, _HEADER.size + i * _ENTRY.size)
+        name, offset, size = _ENTRY.unpack_from(buffer, header.size + i * _ENTRY.size)
         if offset + size > len(buffer):
             raise InvalidProgramError("payload container is truncated")
         sections[name.rstrip(b"\0").decode()] = buffer[offset:offset + size]

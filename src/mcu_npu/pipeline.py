@@ -9,6 +9,7 @@ from executorch.exir import EdgeCompileConfig, EdgeProgramManager
 from executorch.exir.tracer import _default_decomposition_table
 from torch.fx import GraphModule
 
+from .decompose_in_place import decompose_in_place
 from .edge_dialect import to_edge_in_place
 from .errors import UnsupportedModelError
 from .tflite.registry import PRESERVED_ATEN_OPS
@@ -21,15 +22,28 @@ def edge_compile_config() -> EdgeCompileConfig:
 
 
 def default_aten_passes(target) -> list:
-    """ATen rewrites a target applies before quantization, in order: recurrent layers become
-    single-layer, then elementary ops every NPU converts; steps whose output is never read
-    are not computed, a zero initial state costs no recurrent matmul, and per-step outputs
-    are gathered without a copy each."""
+    """ATen rewrites a target applies before quantization, in order: convolutions and pooling
+    on unbatched inputs get a batch of one; a linear layer with a run-time weight becomes a
+    matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
+    steps whose output is never read are not computed, a zero initial state costs no
+    recurrent matmul, and per-step outputs are gathered without a copy each; unbinds become
+    selects; attention, batched matmuls and layer normalization become the bmm, softmax and
+    elementwise ops NPUs run, each quantized on its own, and a reshape that needs a copy
+    makes it explicit, so the copy is quantized too; a BatchNorm that no convolution or
+    linear layer absorbs becomes a depthwise convolution."""
     from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
-    from .passes.aten import FoldLinearOfZeros, FoldSelectOfCat, StackByConcat
+    from .passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
+                              DecomposeLayerNorm, DecomposeMatmul, DecomposeReshape,
+                              DecomposeScaledDotProductAttention, DecomposeUnbind,
+                              FoldLinearOfZeros, FoldSelectOfCat, LinearOfActivations,
+                              StackByConcat)
 
-    return [SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
-            FoldSelectOfCat(), FoldLinearOfZeros(), StackByConcat()]
+    return [AddBatchDimension(), LinearOfActivations(),
+            SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
+            FoldSelectOfCat(), FoldLinearOfZeros(), StackByConcat(),
+            DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
+            DecomposeLayerNorm(), DecomposeReshape(),
+            ConvertBatchNormToDepthwise()]
 
 
 def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
@@ -59,12 +73,12 @@ def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgra
 def core_aten_program(reference: GraphModule, example_inputs: tuple,
                       config: EdgeCompileConfig) -> torch.export.ExportedProgram:
     """``reference`` exported and decomposed as ``to_edge`` would, but re-traced only if an
-    op needs decomposing. Unrolled recurrent graphs hold thousands of nodes, so node
+    op needs more than a one-node rewrite (``decompose_in_place``). Unrolled recurrent graphs hold thousands of nodes, so node
     provenance (``from_node``, which every re-trace deep-copies and extends) is dropped."""
     _drop_provenance(reference.graph)
     ep = torch.export.export(reference, tuple(example_inputs))
     _drop_provenance(ep.graph)
-    _zeros_as_full(ep)
+    decompose_in_place(ep, config.preserve_ops)
     table = _default_decomposition_table()
     for op in config.preserve_ops:
         table.pop(op, None)
@@ -76,17 +90,6 @@ def core_aten_program(reference: GraphModule, example_inputs: tuple,
 def _drop_provenance(graph: torch.fx.Graph) -> None:
     for node in graph.nodes:
         node.meta.pop("from_node", None)
-
-
-def _zeros_as_full(ep) -> None:
-    """Rewrite ``aten.zeros`` (the initial state of a recurrent layer) to the ``full`` it
-    decomposes to, so it does not force the decomposition re-trace."""
-    aten = torch.ops.aten
-    zeros = [n for n in ep.graph.nodes if n.op == "call_function" and n.target == aten.zeros.default]
-    for node in zeros:
-        node.target, node.args = aten.full.default, (node.args[0], 0.0)
-    if zeros:
-        ep.graph_module.recompile()
 
 
 def _decomposed_already(ep, table: dict, config: EdgeCompileConfig) -> bool:

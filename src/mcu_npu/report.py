@@ -9,6 +9,15 @@ program input and output (name, shape, dtype, scale, zero point, quant_min, quan
 firmware can quantize its data (``q = round(x / scale) + zero_point``, clamped to
 ``[quant_min, quant_max]``) and dequantize the results (``x = scale * (q - zero_point)``). For a
 float-I/O program ``io`` is empty (and absent from ``summary``).
+
+Deployment: ``host_only`` is True when an NPU payload is the reference compiler's (the host
+emulator runs it, a device runtime refuses it), and the text's first line says so;
+``versions`` records what a firmware build must match (ExecuTorch, the ``.pte`` schema
+identifier, the NPU compilers' versions, the device runtime's payload format); ``kernels``
+lists every operator and delegate the program calls with the library providing it
+(``mcu_npu.kernels_list``), and ``kernel_problems`` each one the target does not provide.
+``kernels`` and ``kernel_problems`` are read from the serialized program, so the copy stored
+in the ``.pte`` lacks them and ``load()`` fills them in from the file.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from .macs import node_macs  # noqa: F401  (re-exported: its home is mcu_npu.mac
 
 REPORT_KEY = "mcu_npu.report"
 STAT_KEYS = ("npu_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
+HOST_ONLY_LINE = ("HOST ONLY: the NPU payloads are the reference compiler's; the host runs "
+                  "this program, a device runtime refuses it")
 IO_MODES = ("float", "int8")  # compile(io=...): program inputs/outputs float, or the NPU's int8
 
 
@@ -81,6 +92,10 @@ class Report:
     accuracy: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     io: dict = field(default_factory=dict)  # {"mode": "int8", "inputs": [...], "outputs": [...]}
+    host_only: bool = False
+    versions: dict = field(default_factory=dict)
+    kernels: list[dict] = field(default_factory=list)  # [{"op", "library", "available"}]
+    kernel_problems: list[str] = field(default_factory=list)
 
     @property
     def summary(self) -> dict:
@@ -103,6 +118,8 @@ class Report:
             if values and len(values) == len(self.partitions):
                 s[key] = sum(values)
         s.update(self.accuracy)
+        if self.host_only:
+            s["host_only"] = True
         if self.io:
             s["io"] = self.io
         return s
@@ -114,6 +131,8 @@ class Report:
             "ops": [asdict(o) for o in self.ops],
             "partitions": [asdict(p) for p in self.partitions],
             "accuracy": self.accuracy, "notes": self.notes, "io": self.io,
+            "host_only": self.host_only, "versions": self.versions, "kernels": self.kernels,
+            "kernel_problems": self.kernel_problems,
             "summary": self.summary,
         }
 
@@ -128,12 +147,15 @@ class Report:
             ops=[OpPlacement(**o) for o in d["ops"]],
             partitions=[PartitionInfo(**p) for p in d["partitions"]],
             accuracy=d.get("accuracy", {}), notes=d.get("notes", []), io=d.get("io") or {},
+            host_only=bool(d.get("host_only", False)), versions=d.get("versions") or {},
+            kernels=d.get("kernels") or [], kernel_problems=d.get("kernel_problems") or [],
         )
 
     # text ------------------------------------------------------------------------------
     def __str__(self) -> str:
         s = self.summary
-        lines = [
+        lines = [HOST_ONLY_LINE] if self.host_only else []
+        lines += [
             f"target {s['target']}   NPU compiler {s['npu_compiler']}",
             f"{s['ops_on_npu']}/{s['ops_total']} compute ops on the NPU "
             f"({100 * s['npu_ops_fraction']:.1f}%) in {s['partitions']} partition(s); "
@@ -153,8 +175,40 @@ class Report:
         for r in rows:
             lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
         lines += [f"note: {n}" for n in self.notes]
+        lines += [f"warning: {p}" for p in self.kernel_problems]
         lines += self._io_lines()
+        lines += self._kernel_lines()
+        lines += self.version_lines()
         return "\n".join(line.rstrip() for line in lines)
+
+    def _kernel_lines(self) -> list[str]:
+        """The kernels the firmware must link, by library."""
+        if not self.kernels:
+            return []
+        lines = ["", "kernels the firmware must link (op, library)"]
+        width = max(len(k["op"]) for k in self.kernels)
+        for k in self.kernels:
+            missing = "" if k.get("available", True) else "  NOT PROVIDED on this target"
+            lines.append(f"  {k['op'].ljust(width)}  {k['library']}{missing}")
+        return lines
+
+    def version_lines(self) -> list[str]:
+        """The versions on record (what a firmware build must match)."""
+        v = self.versions
+        if not v:
+            return []
+        lines = ["", "versions"]
+        for key in ("executorch", "pte_schema"):
+            if key in v:
+                lines.append(f"  {key} {v[key]}")
+        for name, version in v.get("npu_compilers", {}).items():
+            lines.append(f"  npu compiler {name} {version}")
+        for key in ("runtime", "delegate_payload", "neutron_payload_versions"):
+            if key in v:
+                value = v[key]
+                text = ", ".join(map(str, value)) if isinstance(value, list) else value
+                lines.append(f"  {key} {text}")
+        return lines
 
     def _io_lines(self) -> list[str]:
         """The int8 program I/O table (nothing for float I/O)."""

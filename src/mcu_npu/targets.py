@@ -190,14 +190,14 @@ _PRESETS: dict[str, Target] = {
             description="Arm Corstone-300: Ethos-U55-128 NPU + Cortex-M55 (clocks from "
                         "Vela's Ethos_U55_High_End_Embedded: 500 MHz)",
             npu=ethos_u("ethos-u55-128"),
-            cpu=CpuSpec(core="cortex-m55", clock_hz=500_000_000),
+            cpu=CpuSpec(core="cortex-m55", clock_hz=500_000_000, int8_kernels=True),
         ),
         Target(
             name="corstone-320",
             description="Arm Corstone-320: Ethos-U85-256 NPU + Cortex-M85 (clocks from "
                         "Vela's Ethos_U85_SYS_DRAM_Mid: 1 GHz)",
             npu=ethos_u("ethos-u85-256"),
-            cpu=CpuSpec(core="cortex-m85", clock_hz=1_000_000_000),
+            cpu=CpuSpec(core="cortex-m85", clock_hz=1_000_000_000, int8_kernels=True),
         ),
         *(_npu_only(a) for a in ("ethos-u55-64", "ethos-u55-128", "ethos-u55-256",
                                  "ethos-u65-256", "ethos-u65-512", "ethos-u85-256",

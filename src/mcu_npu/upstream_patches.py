@@ -13,6 +13,10 @@ attribute or behaviour it relies on, so an upgrade that changes it fails there f
 * ``import_cortex_m_ops`` -- imports ExecuTorch's Cortex-M reference ops when their
   packages' optional Arm/TOSA imports fail, by entering those packages in ``sys.modules``
   without running their ``__init__``.
+* ``conv_bn_rewrites_where_they_match`` -- runs torchao's QAT conv + BatchNorm pattern
+  rewrites (``_fuse_conv_bn_qat``, ``_fold_conv_bn_qat``) only on graphs where a
+  convolution feeds a BatchNorm, by swapping the names ``quantize_pt2e`` calls them by
+  (its tests: ``tests/quantization/test_conv_bn_rewrite_guard.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from torch.fx import GraphModule, Node
@@ -141,3 +146,58 @@ def import_cortex_m_ops() -> None:
         for name, module in bare.items():
             if sys.modules.get(name) is module:
                 del sys.modules[name]
+
+
+# --- torchao's conv + BatchNorm pattern rewrites where a pattern can match ---------------------
+def conv_feeds_batch_norm(graph) -> bool:
+    """A BatchNorm of ``graph`` reads a convolution's output directly or through the ``/ scale``
+    and ``+ bias`` of torchao's QAT conv + BN pattern: the only graphs its rewrites change."""
+    import torch
+    from torchao.quantization.pt2e.utils import _is_bn_node, _is_conv_or_conv_transpose_node
+
+    steps = (torch.ops.aten.div.Tensor, torch.ops.aten.add.Tensor)
+    for node in graph.nodes:
+        if not _is_bn_node(node):
+            continue
+        x = node.args[0]
+        for _ in range(len(steps) + 1):
+            if not isinstance(x, Node):
+                break
+            if _is_conv_or_conv_transpose_node(x):
+                return True
+            if x.op != "call_function" or x.target not in steps:
+                break
+            x = x.args[0]
+    return False
+
+
+@contextmanager
+def conv_bn_rewrites_where_they_match():
+    """Within the block, ``prepare_qat_pt2e`` and ``convert_pt2e`` run their conv + BatchNorm
+    pattern rewrites only on a graph where ``conv_feeds_batch_norm``.
+
+    What: replaces ``torchao.quantization.pt2e.quantize_pt2e._fuse_conv_bn_qat`` and
+    ``._fold_conv_bn_qat`` (the names ``prepare_qat_pt2e`` and ``convert_pt2e`` call) by
+    functions that return the graph module untouched unless a convolution feeds a
+    BatchNorm, then restores them.
+
+    Why: both rewrites start as soon as the graph holds any BatchNorm, and each traces its
+    match and replacement patterns with ``torch.export`` for every variant (conv1d, conv2d,
+    transposed; per-channel or not; bias or not; training or not): 96 exports, 10 to 45 s,
+    in every ``convert_pt2e``, PTQ included, even for a BatchNorm no convolution feeds,
+    where nothing can match. torchao takes no argument to skip them. It goes when torchao
+    checks for a conv -> BatchNorm chain before tracing its patterns.
+    """
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    fuse, fold = quantize_pt2e._fuse_conv_bn_qat, quantize_pt2e._fold_conv_bn_qat
+
+    def guarded(rewrite):
+        return lambda m: rewrite(m) if conv_feeds_batch_norm(m.graph) else m
+
+    quantize_pt2e._fuse_conv_bn_qat, quantize_pt2e._fold_conv_bn_qat = guarded(fuse), \
+        guarded(fold)
+    try:
+        yield
+    finally:
+        quantize_pt2e._fuse_conv_bn_qat, quantize_pt2e._fold_conv_bn_qat = fuse, fold

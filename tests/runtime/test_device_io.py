@@ -21,7 +21,7 @@ import mcu_npu
 from mcu_npu.quantization.exact import run_exact
 from mcu_npu.device_io import neutron_layout
 from mcu_npu.npu import neutron_payload as nxp
-from mcu_npu.payload import host_graph_key, unpack_reference
+from mcu_npu.payload import find_host_graph, unpack_reference
 
 ETHOS_U = ("ethos-u55-128", "ethos-u85-256", "corstone-300")
 
@@ -110,7 +110,7 @@ def test_channels_last_input_needs_no_transpose_anywhere():
     prog = _compile("channels_last", "ethos-u55-128")
     (processed, inputs, outputs, named), = delegate_io(prog.buffer)
     assert inputs[0][1] == (0, 2, 3, 1) and outputs[0][1] == (0, 2, 3, 1)
-    model, _ = unpack_reference(named[host_graph_key(processed)])
+    model, _ = unpack_reference(find_host_graph(named, processed))
     assert "TRANSPOSE" not in prog.report.partitions[0].tflite_ops
     contiguous = _compile("conv", "ethos-u55-128")
     assert contiguous.report.partitions[0].tflite_ops.count("TRANSPOSE") == 2
@@ -226,3 +226,25 @@ def test_neutron_transpose_moves_bytes_like_the_runtime():
                     expected[i * h * w * c + k * w * c + m * c + j] = \
                         src[i * c * h * w + j * h * w + k * w + m]
     np.testing.assert_array_equal(got, expected)
+
+
+def test_partitions_with_one_payload_keep_their_host_graphs():
+    """Two partitions that Vela compiles to the same command stream, from graphs that differ
+    in tensor names only: each graph is kept under its own key (ExecuTorch refuses one key
+    with two contents), and the program runs both."""
+    import torch.nn.functional as F
+
+    from mcu_npu.runtime import load_program
+
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            y = torch.clamp(F.max_pool2d(x, 3, 1, 1), -10.0, 10.0)  # the clamp keeps the scale
+            return F.max_pool2d(y, 3, 1, 1)
+
+    x = torch.randn(1, 4, 6, 6, generator=torch.Generator().manual_seed(0))
+    prog = mcu_npu.compile(Twice(), (x,), "corstone-300", calibration=[(x,)],
+                           operators_not_to_delegate=["aten.clamp"])
+    keys = [k for k in load_program(prog.buffer).named_data if k.startswith("mcu_npu.host_graph.")]
+    assert len(keys) == 2 and keys[0].split(".")[2] == keys[1].split(".")[2]  # one payload
+    want = prog.reference(x)
+    assert torch.equal(prog.run(x)[0], want)  # max pooling is exact in int8

@@ -5,7 +5,8 @@ header has one byte per field: number of Neutron inputs and outputs, number of d
 input arguments, a format flag per input and output (1 = channels last, the runtime
 transposes NCHW <-> NHWC; 0 = as is), the argument index of each input and output, and the
 payload version. ``parse`` applies the checks the runtime applies at init, so a payload that
-parses here is one the device accepts. docs/payload.md has the byte-level tables.
+parses here is one the device accepts; every refusal reads "not a Neutron payload: ...".
+docs/payload.md has the byte-level tables.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ FORMATLESS = 0
 CHANNELS_LAST = 1
 VERSIONS = (0, 1)
 """0: plain microcode; 1: microcode with profile and debug outputs."""
+NOT_NEUTRON = "not a Neutron payload"
 
 # Word positions in the microcode header, per payload version.
 _WORDS = {
@@ -52,18 +54,24 @@ class MicrocodeInfo:
 
 
 def microcode_info(microcode: bytes, version: int) -> MicrocodeInfo:
-    """Read the microcode header as the runtime does; InvalidProgramError where it would fail."""
+    """Read the microcode header as the runtime's init does, in its order (the magic word,
+    then the payload version); InvalidProgramError ("not a Neutron payload: ...") where the
+    runtime returns ``Error::InvalidProgram``."""
+    if len(microcode) < 4:
+        raise InvalidProgramError(f"{NOT_NEUTRON}: no microcode after the header")
+    magic = struct.unpack_from("<I", microcode)[0]
+    if magic != MAGIC:
+        raise InvalidProgramError(f"{NOT_NEUTRON}: the microcode magic is {magic:#010x}, "
+                                  f"expected {MAGIC:#010x}")
     if version not in _WORDS:
-        raise InvalidProgramError(f"unknown Neutron payload version {version}")
+        raise InvalidProgramError(f"{NOT_NEUTRON}: unknown payload version {version} "
+                                  f"(the runtime reads {', '.join(map(str, VERSIONS))})")
     words = _WORDS[version]
     count = max(words.values()) + 1
     if len(microcode) < 4 * count:
-        raise InvalidProgramError(f"Neutron microcode is {len(microcode)} bytes, "
+        raise InvalidProgramError(f"{NOT_NEUTRON}: the microcode is {len(microcode)} bytes, "
                                   f"shorter than its {4 * count}-byte header")
     w = struct.unpack_from(f"<{count}I", microcode)
-    if w[0] != MAGIC:
-        raise InvalidProgramError(f"Neutron microcode magic is {w[0]:#010x}, "
-                                  f"expected {MAGIC:#010x}")
     return MicrocodeInfo(
         microcode_size=w[6], weights_size=w[7], scratch_size=w[words["scratch"]],
         sram_scratch_size=w[words["sram_scratch"]],
@@ -122,23 +130,23 @@ def parse(blob: bytes) -> NeutronPayload:
     """
     blob = bytes(blob)
     if len(blob) < 4:
-        raise InvalidProgramError("Neutron payload is shorter than its header")
+        raise InvalidProgramError(f"{NOT_NEUTRON}: shorter than its header")
     n_in, n_out, n_args = blob[0], blob[1], blob[2]
     header_size = 4 + 2 * n_in + 2 * n_out
     if len(blob) < header_size:
-        raise InvalidProgramError("Neutron payload header is truncated")
+        raise InvalidProgramError(f"{NOT_NEUTRON}: its header is truncated")
     fields = blob[3:header_size]
     version = fields[-1]
     start = align(header_size)
     info = microcode_info(blob[start:], version)
     if (info.num_inputs, info.num_outputs) != (n_in, n_out):
         raise InvalidProgramError(
-            f"Neutron header declares {n_in} inputs / {n_out} outputs, the microcode "
-            f"{info.num_inputs} / {info.num_outputs}")
+            f"{NOT_NEUTRON}: the header declares {n_in} inputs / {n_out} outputs, the "
+            f"microcode {info.num_inputs} / {info.num_outputs}")
     weights_at = start + align(info.microcode_size)
     kernels_at = weights_at + align(info.weights_size)
     if kernels_at > len(blob):
-        raise InvalidProgramError("Neutron payload is shorter than its microcode and weights")
+        raise InvalidProgramError(f"{NOT_NEUTRON}: shorter than its microcode and weights")
     return NeutronPayload(
         num_input_args=n_args,
         input_formats=tuple(fields[:n_in]),

@@ -89,7 +89,9 @@ class Plan:
     ``nodes``: every compute node of that Edge program; ``partitions``: the compute node
     names of each NPU partition, ``members`` every node each one delegates (quantize /
     dequantize included); ``compiler_rejections``: Edge node name -> the NPU compiler's
-    reason for refusing it."""
+    reason for refusing it; ``portable``: ATen node id of a CPU node -> why the target's
+    Cortex-M kernels cannot take it (it runs as a portable float kernel; empty where the
+    target has no Cortex-M kernels or the plan was made from an Edge program alone)."""
 
     target: Target
     options: PlanOptions
@@ -100,6 +102,7 @@ class Plan:
     partitions: tuple[tuple[str, ...], ...]
     members: tuple[tuple[str, ...], ...] = field(repr=False)
     compiler_rejections: Mapping[str, str] = field(default_factory=dict, repr=False)
+    portable: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def verdicts(self) -> dict[str, Verdict]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 from contextlib import nullcontext
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Callable, ContextManager, Iterable, Mapping
 
 import torch
@@ -29,10 +30,12 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
+from ..cortex_m import cortex_m_core, cortex_m_rejection
 from ..errors import ConfigError
 from ..graph_ids import NODE_ID, node_id, tag_nodes  # noqa: F401  (NODE_ID re-exported)
 from ..partition.placement import Placement, stamp_placement
 from ..partition.plan import Plan, PlanOptions, fingerprint, plan_program
+from ..passes.aten.decompose_on_cpu import decompose_on_cpu
 from ..pipeline import to_edge_program
 from ..targets import get_target
 from .annotators import KEY
@@ -95,7 +98,24 @@ def trial(aten_program_or_graph, target, options: PlanOptions = PlanOptions(), *
         edge = to_edge_program(reference, example_inputs)
     with step("check"):
         decided = plan_program(edge.exported_program(), target, options, Placement())
-    return replace(decided, fingerprint=quantizer.fingerprint), reference, edge
+        portable = portable_nodes(reference, decided.placement, decided.target)
+    return replace(decided, fingerprint=quantizer.fingerprint, portable=portable), \
+        reference, edge
+
+
+def portable_nodes(model: GraphModule, placement: Placement, target) -> Mapping[str, str]:
+    """ATen node id -> why the target's Cortex-M kernels cannot take that CPU node
+    (``cortex_m.cortex_m_rejection``); empty for a target without Cortex-M kernels."""
+    if cortex_m_core(target) is None or not placement.cpu:
+        return MappingProxyType({})
+    portable = {}
+    for node in model.graph.nodes:
+        ident = node_id(node)
+        if ident in placement.cpu and ident not in portable:
+            reason = cortex_m_rejection(node)
+            if reason is not None:
+                portable[ident] = reason
+    return MappingProxyType(portable)
 
 
 class _Trial(NeutronQuantizer):
@@ -166,15 +186,23 @@ class TargetQuantizer(Quantizer):
         return plan(model, self.target, self.options)
 
     def annotate(self, model: GraphModule) -> GraphModule:
-        placement = self.plan_for(model).placement
+        decided = self.plan_for(model)
+        placement = decided.placement
         stamp_placement(model, placement)
         on_npu: Callable[[Node], bool] = lambda n: placement.on_npu(node_id(n))
+        decompose_on_cpu(model, [n for n in model.graph.nodes if n.op == "call_function"
+                                 and not on_npu(n) and not _cortex_m_fuses(n, on_npu)])
         NeutronQuantizer(is_qat=self.is_qat, node_filter=on_npu).annotate(model)
         for node in model.graph.nodes:
             if node.op == "call_function" and on_npu(node):
                 node.meta[_MATCHED] = True
+            elif node.op == "call_function" and node_id(node) in decided.portable:
+                # stays float: an empty annotation keeps every Cortex-M rule off it (the
+                # shared-quantization rule spreads to any neighbour not yet annotated)
+                node.meta[KEY] = QuantizationAnnotation(_annotated=True)
         if placement.cpu:
-            on_cpu = lambda n: n.op == "call_function" and not on_npu(n)
+            on_cpu = lambda n: n.op == "call_function" and not on_npu(n) and \
+                node_id(n) not in decided.portable  # noqa: E731
             scalars_to_constants(model, [n for n in model.graph.nodes if on_cpu(n)])
             cortex_m_quantizer(on_cpu, is_qat=self.is_qat).annotate(model)
             share_boundaries(model, on_npu)
@@ -182,6 +210,19 @@ class TargetQuantizer(Quantizer):
 
     def validate(self, model: GraphModule) -> None:
         return None
+
+
+_FUSING = {aten.conv1d.default, aten.conv2d.default, aten.conv_transpose2d.input,
+           aten.linear.default}
+
+
+def _cortex_m_fuses(node: Node, on_npu: Callable[[Node], bool]) -> bool:
+    """A hard-sigmoid / hard-swish the Cortex-M lowering takes whole: right after a CPU
+    convolution or linear layer (its fused patterns)."""
+    producer = node.args[0] if node.args else None
+    return node.target in (aten.hardsigmoid.default, aten.hardswish.default) and \
+        isinstance(producer, Node) and producer.op == "call_function" and \
+        producer.target in _FUSING and not on_npu(producer) and len(producer.users) == 1
 
 
 _BINARY = {
@@ -221,14 +262,17 @@ def _fake(node: Node, value: torch.Tensor):
 
 def share_boundaries(model: GraphModule, on_npu: Callable[[Node], bool]) -> None:
     """Where a tensor crosses between the NPU's and the CPU's nodes, the consumer quantizes
-    its input with the producer's output observer."""
+    its input with the producer's output observer. An input the consumer's own rule already
+    shares (the Cortex-M rule of ``where``, ``cat``: inputs and output one group) is left
+    alone: re-pointing it makes torchao's sharing groups recurse without end."""
     for node in model.graph.nodes:
         ann: QuantizationAnnotation | None = node.meta.get(KEY)
         if node.op != "call_function" or ann is None:
             continue
         for arg, spec in list(ann.input_qspec_map.items()):
             producer = arg.meta.get(KEY)
-            if spec is None or arg.op != "call_function" or producer is None or \
+            if spec is None or isinstance(spec, SharedQuantizationSpec) or \
+                    arg.op != "call_function" or producer is None or \
                     producer.output_qspec is None or on_npu(arg) == on_npu(node):
-                continue
+                continue  # a shared spec already ties the input into its consumer's group
             ann.input_qspec_map[arg] = SharedQuantizationSpec(arg)

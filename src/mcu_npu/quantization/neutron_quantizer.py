@@ -8,6 +8,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
+from ..upstream_patches import conv_bn_rewrites_where_they_match
 from .annotators import annotator_of, share_recurrent_states
 from .exact import to_float32, to_float64
 from .qspecs import QuantSpecs
@@ -83,7 +84,8 @@ def quantize(
     """Export (if needed), prepare, calibrate and convert ``model``; returns the PT2E module.
 
     The result is the quantized reference: running it in PyTorch gives the numbers an int8
-    deployment must reproduce.
+    deployment must reproduce. torchao's QAT conv + BatchNorm rewrites run only where they
+    can match (``upstream_patches.conv_bn_rewrites_where_they_match``).
     """
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -92,9 +94,10 @@ def quantize(
         model = torch.export.export(model.eval(), tuple(example_inputs)).module(
             check_guards=False
         )
-    prepared = prepare_pt2e(model, quantizer)
-    calibrate(prepared, calibration if calibration is not None else [tuple(example_inputs)])
-    return convert_pt2e(prepared)
+    with conv_bn_rewrites_where_they_match():
+        prepared = prepare_pt2e(model, quantizer)
+        calibrate(prepared, calibration if calibration is not None else [tuple(example_inputs)])
+        return convert_pt2e(prepared)
 
 
 def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> None:
@@ -169,11 +172,13 @@ def quantize_qat(
     from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
 
-    prepared = prepare_qat_pt2e(model, quantizer)
+    with conv_bn_rewrites_where_they_match():
+        prepared = prepare_qat_pt2e(model, quantizer)
     with torch.no_grad():
         for sample in calibration:
             prepared(*sample)
     move_exported_model_to_train(prepared)
     train_fn(prepared)
     move_exported_model_to_eval(prepared)
-    return convert_pt2e(prepared)
+    with conv_bn_rewrites_where_they_match():
+        return convert_pt2e(prepared)

@@ -32,7 +32,7 @@ from ..device_io import neutron_layout, to_npu
 from ..errors import InvalidProgramError
 from ..npu import ethosu_payload as bin_stream
 from ..npu import neutron_payload as nxp
-from ..payload import host_graph_key, is_container, unpack_reference
+from ..payload import find_host_graph, is_container, unpack_reference
 from .delegates import DeviceTensor
 from .litert import interpreter
 
@@ -51,7 +51,7 @@ def _graph(processed: bytes, named_data: dict[str, bytes]):
     """(TFLiteModel, meta, interpreter) of the partition graph behind a payload."""
     payload = processed
     if not is_container(payload):
-        kept = named_data.get(host_graph_key(payload))
+        kept = find_host_graph(named_data, payload)
         if kept is None:
             raise InvalidProgramError(
                 "this program's NPU partitions hold vendor microcode that only the NPU itself "

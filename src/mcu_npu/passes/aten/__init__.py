@@ -1,13 +1,27 @@
 """Passes on ATen-dialect graphs (``torch.export(...).module()`` or an ExportedProgram's graph)."""
 
 from mcu_npu.passes.aten._recurrent import ProjSizeNotSupportedError
+from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
+from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
 from mcu_npu.passes.aten.decompose_gru import DecomposeGRU
+from mcu_npu.passes.aten.decompose_on_cpu import DecomposeOnCpu, decompose_on_cpu
+from mcu_npu.passes.aten.decompose_layer_norm import DecomposeLayerNorm
 from mcu_npu.passes.aten.decompose_lstm import DecomposeLSTM
+from mcu_npu.passes.aten.decompose_matmul import DecomposeMatmul
+from mcu_npu.passes.aten.decompose_reshape import DecomposeReshape
 from mcu_npu.passes.aten.decompose_rnn import DecomposeRNN
+from mcu_npu.passes.aten.decompose_scaled_dot_product_attention import (
+    DecomposeScaledDotProductAttention,
+)
+from mcu_npu.passes.aten.decompose_unbind import DecomposeUnbind
 from mcu_npu.passes.aten.fold_linear_of_zeros import FoldLinearOfZeros
 from mcu_npu.passes.aten.fold_select_of_cat import FoldSelectOfCat
+from mcu_npu.passes.aten.linear_of_activations import LinearOfActivations
 from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
-__all__ = ["DecomposeGRU", "DecomposeLSTM", "DecomposeRNN", "FoldLinearOfZeros", "FoldSelectOfCat",
-           "ProjSizeNotSupportedError", "SplitGRUByLayers", "StackByConcat"]
+__all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "DecomposeGRU", "DecomposeLSTM",
+           "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
+           "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeUnbind",
+           "FoldLinearOfZeros", "FoldSelectOfCat", "LinearOfActivations",
+           "ProjSizeNotSupportedError", "SplitGRUByLayers", "StackByConcat", "decompose_on_cpu"]

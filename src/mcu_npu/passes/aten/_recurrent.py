@@ -180,6 +180,19 @@ def finish(gm: GraphModule) -> None:
     gm.recompile()
 
 
+def replace_nodes(gm: GraphModule, select: Callable[[Node], bool],
+                  rewrite: Callable[[GraphModule, Node], Node]) -> bool:
+    """Replace each node ``select`` accepts by ``rewrite(gm, node)`` (the node its users read
+    instead); True if any was replaced."""
+    work = [n for n in gm.graph.nodes if select(n)]
+    for node in work:
+        node.replace_all_uses_with(rewrite(gm, node))
+        gm.graph.erase_node(node)
+    if work:
+        finish(gm)
+    return bool(work)
+
+
 # A cell maps (emit, input projection of one step, recurrent projection, state, hidden) to the
 # new state; state[0] is the hidden state that is also the step's output. A cell with an
 # ``input_groups`` attribute (a tuple of (first gate, gate count)) gets the step's input

@@ -1,5 +1,5 @@
 """Activations: relu, relu6 / hardtanh / clamp, leaky_relu, prelu, sigmoid, tanh, hardswish,
-softmax; plus the fused-activation helper conv, linear and add use."""
+silu, gelu, softmax; plus the fused-activation helper conv, linear and add use."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ from ..args import bind
 from ..context import OP, Context, QParams, Value
 from ..ops_aliases import aten, at
 from ..registry import fused_clamp, operator
-from ._checks import static_shapes
+from ...targets import NpuKind
+from ._checks import max_rank, static_shapes
 
 ACT = schema.ActivationFunctionType
+SIGMOID_QPARAMS = (1.0 / 256.0, -128)
+"""Output scale and zero point TFLite's int8 LOGISTIC requires."""
 CLAMPS = (aten.relu.default, aten.hardtanh.default, aten.clamp.default)
 
 
@@ -114,6 +117,44 @@ operator(aten.tanh.default, aten=(at.tanh, at.tanh_), annotate="tanh",
 operator(aten.hardswish.default, aten=(at.hardswish, at.hardswish_), annotate="unary",
          checks=(static_shapes,), preserve=(at.hardswish.default,),
          )(_unary(OP.HARD_SWISH, schema.HardSwishOptionsT))
+
+
+# aten::silu(Tensor self) -> Tensor
+@operator(aten.silu.default, aten=(at.silu, at.silu_), annotate="unary",
+          checks=(static_shapes, max_rank(6)), preserve=(at.silu.default,))
+def convert_silu(ctx: Context, node: Node) -> None:
+    """silu(x) = x * sigmoid(x), which TFLite has no builtin for: LOGISTIC into the fixed
+    sigmoid quantization (scale 1/256, zero point -128, what the int8 kernel requires), then
+    MUL by x onto the output's own parameters. Kept whole through decomposition so its two
+    halves are not left unquantized; Vela and Neutron take both ops. The int8 gate costs
+    under one output step against the float silu of the reference; an int16 gate would
+    remove that but doubles the U55 cycles of the op and Neutron runs int8 only."""
+    x = ctx.value(node.args[0])
+    out = ctx.output_value(node, perm=x.perm)
+    scale, zero_point = SIGMOID_QPARAMS
+    gate = ctx.builder.add_tensor(f"{node.name}/sigmoid", ctx.builder.tensor(out.tensor).shape,
+                                  x.dtype, scale=(scale,), zero_point=(zero_point,))
+    src = ctx.tensor(x)
+    ctx.op(OP.LOGISTIC, [src], [gate])
+    ctx.op(OP.MUL, [src, gate], [out.tensor], schema.MulOptionsT())
+
+
+def npu_has_gelu(node: Node, target=None) -> bool:
+    """no NPU conversion for aten.gelu on the eIQ Neutron NPU (it has no GELU operator; Vela
+    runs TFLite GELU on the Ethos-U55 and U85 as a lookup table)"""
+    return target is None or target.npu.kind is not NpuKind.NEUTRON
+
+
+# aten::gelu(Tensor self, *, str approximate='none') -> Tensor
+@operator(aten.gelu.default, aten=(at.gelu, at.gelu_), annotate="unary",
+          checks=(static_shapes, npu_has_gelu))
+def convert_gelu(ctx: Context, node: Node) -> None:
+    """TFLite GELU (exact erf form, or the tanh approximation), a table lookup in int8."""
+    x = ctx.value(node.args[0])
+    out = ctx.output_value(node, perm=x.perm)
+    opts = schema.GeluOptionsT()
+    opts.approximate = bind(node).approximate == "tanh"
+    ctx.op(OP.GELU, [ctx.tensor(x)], [out.tensor], opts)
 
 
 @operator(aten.leaky_relu.default, aten=(at.leaky_relu, at.leaky_relu_),

@@ -1,9 +1,9 @@
-"""Convolutions: conv1d / conv2d (regular, depthwise, grouped) and conv_transpose2d.
+"""Convolutions: conv1d / conv2d (regular, depthwise, grouped), conv_transpose1d / 2d.
 
 # aten::convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride,
 #     SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding,
 #     SymInt groups) -> Tensor
-A conv1d runs as a conv2d of height 1. Padding that matches TFLite's SAME becomes SAME;
+A conv1d (and a conv_transpose1d) runs as its 2-D form of height 1. Padding that matches TFLite's SAME becomes SAME;
 other padding is an explicit PAD with the input's zero point before a VALID conv.
 """
 
@@ -39,11 +39,11 @@ def weights_are_constant(node: Node, target=None) -> bool:
 
 
 def transposed_supported(node: Node, target=None) -> bool:
-    """transposed convolution must be 2-D, ungrouped and without dilation"""
+    """transposed convolution must be 1-D or 2-D, ungrouped and without dilation"""
     a = bind(node)
     if not a.transposed:
         return True
-    return len(shape_of(node)) == 4 and a.groups == 1 and all(d == 1 for d in a.dilation)
+    return len(shape_of(node)) in (3, 4) and a.groups == 1 and all(d == 1 for d in a.dilation)
 
 
 def neutron_weight_volume(node: Node, target=None) -> bool:

@@ -49,7 +49,7 @@ def reshape(ctx: Context, node: Node, x: Value, out_shape) -> Value:
 
 @operator(aten.view_copy.default, aten.squeeze_copy.dims, aten.squeeze_copy.dim,
           aten.squeeze_copy.default, aten.unsqueeze_copy.default, aten.alias_copy.default,
-          aten=(at.view, at.reshape, at.flatten, at.squeeze, at.unsqueeze),
+          aten=(at.view, at.reshape, at.flatten, at.unflatten, at.squeeze, at.unsqueeze),
           annotate="shared",
           checks=(static_shapes,))
 def convert_view(ctx: Context, node: Node) -> None:

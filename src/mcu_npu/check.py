@@ -1,0 +1,170 @@
+"""``mcu-npu check``: would a ``.pte`` run on a target's board? Read, never run.
+
+Three questions, one line per problem found:
+
+- does every delegate belong to the target's NPU runtime (its backend id) and is its payload
+  one that runtime reads, with the tensors the ``.pte`` hands it (``NeutronBackend.cpp``'s
+  init and copy rules, ``EthosUBackend.cpp``'s bin stream and I/O checks);
+- does a kernel library of the target provide every operator the program calls;
+- does it fit in memory (not checked yet).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from .errors import InvalidProgramError
+
+# ExecuTorch ScalarType -> element size the Ethos-U runtime accepts for it (EthosUBackend.cpp:
+# Char/Byte/Bool with 1-byte, Short with 2-byte, Int with 4-byte Vela tensors).
+_ETHOS_U_ELEM = {0: 1, 1: 1, 11: 1, 2: 2, 3: 4}
+
+
+def delegate_calls(program):
+    """Per delegate call of every method: (index, backend id, processed bytes, input tensors,
+    output tensors), each tensor (sizes, dim order, scalar type) as the ``.pte`` holds it."""
+    from .runtime.delegates import output_counts
+
+    pte = program._pte.program
+    calls = []
+    for plan in pte.execution_plan:
+        counts = output_counts(plan)
+        for c, chain in enumerate(plan.chains):
+            for pc, instruction in enumerate(chain.instructions):
+                call = instruction.instr_args
+                if type(call).__name__ != "DelegateCall":
+                    continue
+                delegate = plan.delegates[call.delegate_index]
+                data = bytes(pte.backend_delegate_data[delegate.processed.index].data)
+                tensors = []
+                for i in call.args:
+                    val = plan.values[i].val
+                    if type(val).__name__ == "Tensor":
+                        tensors.append((tuple(val.sizes), tuple(val.dim_order),
+                                        int(val.scalar_type)))
+                split = len(tensors) - counts[c, pc]
+                calls.append((len(calls), delegate.id, data, tensors[:split], tensors[split:]))
+    return calls
+
+
+def neutron_problems(data: bytes, inputs, outputs) -> list[str]:
+    """Where the Neutron runtime would refuse this payload, or these delegate tensors."""
+    from .device_io import neutron_layout
+    from .npu import neutron_payload as nxp
+
+    try:
+        payload = nxp.parse(data)
+    except InvalidProgramError as exc:
+        return [str(exc)]
+    problems = []
+    if payload.num_input_args != len(inputs):
+        problems.append(f"the payload takes {payload.num_input_args} input arguments, the "
+                        f"delegate call passes {len(inputs)}")
+    for kind, tensors, formats, order in (("input", inputs, payload.input_formats,
+                                           payload.input_map),
+                                          ("output", outputs, payload.output_formats,
+                                           payload.output_map)):
+        for n, (flag, k) in enumerate(zip(formats, order)):
+            if k >= len(tensors):
+                problems.append(f"Neutron {kind} {n} maps to argument {k}, the call has "
+                                f"{len(tensors)} {kind}s")
+                continue
+            sizes, dim_order, _ = tensors[k]
+            try:
+                neutron_layout(sizes, dim_order, flag, f"Neutron {kind} {n}")
+            except InvalidProgramError as exc:
+                problems.append(str(exc))
+    return problems
+
+
+def ethos_u_config(cmd_data: bytes) -> tuple[int, int] | None:
+    """(architecture major revision, MACs per cycle) of the NPU a Vela command stream was
+    compiled for, from its driver-actions header (``COP1``, Config tag, config word, id
+    word), which the Ethos-U driver checks against the hardware; None when absent."""
+    if len(cmd_data) < 16 or cmd_data[:4] not in (b"COP1", b"COP2"):
+        return None
+    config, ident = struct.unpack_from("<II", cmd_data, 8)
+    return ident >> 28, 1 << (config & 0xF)
+
+
+def _ethos_u_arch(target) -> int:
+    """Architecture major revision of the target's Ethos-U: 2 for the U85, 1 before it."""
+    accelerator = target.npu.vela.accelerator if target.npu.vela else ""
+    return 2 if accelerator.startswith("ethos-u85") else 1
+
+
+def ethos_u_problems(data: bytes, inputs, outputs, target=None) -> list[str]:
+    """Where the Ethos-U runtime (or its driver, for ``target``'s NPU) would refuse this
+    payload, or these delegate tensors."""
+    from .npu import ethosu_payload
+
+    try:
+        stream = ethosu_payload.parse(data)
+    except InvalidProgramError as exc:
+        return [f"not a Vela bin stream: {exc}"]
+    problems = []
+    config = ethos_u_config(stream.cmd_data)
+    if target is not None and config is not None:
+        arch, macs = config
+        want = (_ethos_u_arch(target), target.npu.macs_per_cycle)
+        if (arch, macs) != want:
+            problems.append(f"compiled for an Ethos-U of architecture {arch}.x with {macs} "
+                            f"MACs per cycle; target {target.name} has {target.npu.name} "
+                            f"(architecture {want[0]}.x, {want[1]} MACs per cycle)")
+    for kind, tensors, ios in (("input", inputs, stream.inputs),
+                               ("output", outputs, stream.outputs)):
+        if len(tensors) != len(ios):
+            problems.append(f"the bin stream has {len(ios)} {kind}s, the delegate call "
+                            f"passes {len(tensors)}")
+            continue
+        for n, ((sizes, _, dtype), io) in enumerate(zip(tensors, ios)):
+            if _ETHOS_U_ELEM.get(dtype) != io.elem_size:
+                problems.append(f"{kind} {n}: scalar type {dtype} cannot be copied into a "
+                                f"{io.elem_size}-byte Vela tensor")
+            elif math.prod(sizes) != math.prod(io.shape):
+                problems.append(f"{kind} {n}: {math.prod(sizes)} elements, the Vela tensor "
+                                f"has {math.prod(io.shape)}")
+    return problems
+
+
+def payload_problems(target, data: bytes, inputs, outputs) -> list[str]:
+    from .payload import is_container
+    from .targets import NpuKind
+
+    kind = target.npu.kind
+    if is_container(data):
+        return [f"a host-only payload (the reference compiler's mcu-npu container), not a "
+                f"{kind} NPU payload: the device runtime refuses it"]
+    if kind is NpuKind.NEUTRON:
+        return neutron_problems(data, inputs, outputs)
+    if kind is NpuKind.ETHOS_U:
+        return ethos_u_problems(data, inputs, outputs, target)
+    return [f"no payload checks for a {kind} NPU"]
+
+
+def check_program(source, target_name: str) -> list[str]:
+    """One line per reason the ``.pte`` at ``source`` (path or bytes) would not run on
+    ``target_name``'s board; empty when none is found."""
+    from .backend import backend_for
+    from .kernels_list import kernel_list, problems as kernel_problems
+    from .report import REPORT_KEY, Report
+    from .runtime.pte import load
+    from .targets import get_target
+
+    target = get_target(target_name)
+    program = load(source)
+    device_id = backend_for(target.npu.kind).device_id
+    found = []
+    for index, backend, data, inputs, outputs in delegate_calls(program):
+        where = f"delegate {index} ({backend})"
+        if backend != device_id:
+            found.append(f"{where}: target {target.name} runs {device_id} delegates, not "
+                         f"{backend}")
+            continue
+        found += [f"{where}: {p}" for p in payload_problems(target, data, inputs, outputs)]
+    raw = program.named_data.get(REPORT_KEY)
+    placements = Report.from_json(raw).ops if raw is not None else ()
+    uses = [u for u in kernel_list(program, target) if u.library != "delegate"]
+    found += kernel_problems(uses, target, placements)
+    return found

@@ -1,0 +1,156 @@
+"""Whether a compiled program can run on its board, said at compile time: host-only payloads
+(the reference NPU compiler's), kernels the target's libraries lack, and the versions a
+firmware build must match.
+
+``compile()`` warns about each problem (``UserWarning``); with ``deployable=True`` (CLI:
+``--require-deployable``) the first one is a ``NotDeployableError`` instead.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import warnings
+from pathlib import Path
+
+from .errors import McuNpuError
+
+HOST_ONLY_COMPILER = "reference"
+
+
+class NotDeployableError(McuNpuError):
+    """The program would not run on the board (host-only payloads, a missing kernel)."""
+
+
+def _dist_version(*names: str) -> str:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def pte_schema_identifier() -> str:
+    """The flatbuffer file identifier of ExecuTorch's program schema (``program.fbs``), which
+    a ``.pte`` carries at bytes 4..8 and the runtime checks."""
+    import executorch
+
+    for root in executorch.__path__:
+        for rel in ("exir/_serialize/program.fbs", "schema/program.fbs"):
+            path = Path(root) / rel
+            if path.is_file():
+                m = re.search(r'file_identifier\s+"([^"]+)"', path.read_text())
+                if m:
+                    return m.group(1)
+    return "unknown"
+
+
+def compiler_version(name: str) -> str:
+    """The installed version of an NPU compiler adapter's tool."""
+    if name == "vela":
+        try:
+            from ethosu.vela import __version__  # noqa: PLC0415
+
+            return str(__version__)
+        except ImportError:
+            return _dist_version("ethos-u-vela")
+    if name == "neutron":
+        return _dist_version("eiq-neutron-sdk", "eiq_neutron_sdk")
+    if name == HOST_ONLY_COMPILER:
+        return _dist_version("mcu-npu", "mcu_npu")
+    return "unknown"
+
+
+def runtime_expectations(target, payloads: list[bytes]) -> dict:
+    """What the target's device runtime must read: the payload format (and, for Neutron, the
+    payload versions found in ``payloads``)."""
+    from .npu import neutron_payload as nxp
+    from .payload import VERSION, is_container
+    from .targets import NpuKind
+
+    kind = target.npu.kind
+    if not payloads:  # no delegate: nothing for an NPU runtime to read
+        return {}
+    if any(is_container(p) for p in payloads):
+        return {"delegate_payload": f"mcu-npu container v{VERSION} (host emulator only; "
+                                    "device runtimes refuse it)"}
+    if kind is NpuKind.ETHOS_U:
+        return {"runtime": "EthosUBackend",
+                "delegate_payload": "Vela bin stream (vela_bin_stream ... vela_end_stream "
+                                    "blocks, command stream COP1/COP2)"}
+    if kind is NpuKind.NEUTRON:
+        versions = sorted({nxp.parse(p).version for p in payloads})
+        return {"runtime": "NeutronBackend",
+                "delegate_payload": "Neutron payload (NeutronBackend.cpp header, microcode "
+                                    f"magic {nxp.MAGIC:#010x})",
+                "neutron_payload_versions": versions}
+    return {}
+
+
+def versions_record(target, compilers: list[str], payloads: list[bytes]) -> dict:
+    """The versions a firmware build must match, for the report."""
+    return {
+        "executorch": _dist_version("executorch"),
+        "pte_schema": pte_schema_identifier(),
+        "npu_compilers": {c: compiler_version(c) for c in compilers},
+        **runtime_expectations(target, payloads),
+    }
+
+
+def edge_payloads(edge) -> list[bytes]:
+    """The processed bytes of every delegate of an Edge program manager, in call order."""
+    out = []
+    for method in edge.methods:
+        gm = edge.exported_program(method).graph_module
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and "executorch_call_delegate" in str(node.target):
+                out.append(bytes(getattr(gm, node.args[0].target).processed_bytes))
+    return out
+
+
+def how_to_deploy(target) -> str:
+    """What gives a deployable program for ``target``."""
+    from .npu.compilers import VENDOR_COMPILERS
+    from .targets import get_target, targets
+
+    vendor = target.npu.vendor_compiler
+    if vendor == "neutron":
+        from .npu.neutron import SDK_INDEX, SDK_PACKAGE
+
+        install = (f"install NXP's eIQ Neutron SDK (pip install --index-url {SDK_INDEX} "
+                   f"{SDK_PACKAGE}) so npu_compiler=\"auto\" uses it")
+    elif vendor == "vela":
+        install = "install Arm Vela (pip install ethos-u-vela) and use npu_compiler=\"auto\""
+    else:
+        install = f"install the {vendor} compiler"
+    others = []
+    for name in targets():
+        other = get_target(name)
+        cls = VENDOR_COMPILERS.get(other.npu.vendor_compiler)
+        if name != target.name and cls is not None and cls().available():
+            others.append(name)
+    alt = f", or pick a target whose NPU compiler is installed ({', '.join(others)})" \
+        if others else ""
+    return (f"{install}{alt}, or keep every op on the CPU "
+            "(operators_not_to_delegate=[\"*\"], CLI: --exclude '*')")
+
+
+def host_only_message(report, target) -> str:
+    return (f"target {report.target}: the NPU partitions were compiled by the reference "
+            "compiler, so this program runs on the host only (the device runtime refuses "
+            f"its payloads); for a deployable program, {how_to_deploy(target)}")
+
+
+def check(report, target, deployable: bool, stacklevel: int = 2) -> None:
+    """Warn about each reason ``report``'s program would fail on the board, or raise
+    ``NotDeployableError`` for the first one when ``deployable``."""
+    problems = []
+    if report.host_only:
+        problems.append(host_only_message(report, target))
+    problems += [f"target {report.target}: {p}; the firmware cannot run this program"
+                 for p in report.kernel_problems]
+    if deployable and problems:
+        raise NotDeployableError(problems[0])
+    for p in problems:
+        warnings.warn(p, UserWarning, stacklevel=stacklevel + 1)

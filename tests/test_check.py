@@ -1,0 +1,109 @@
+"""``mcu-npu check``: a .pte read, never run, against a target's board (issue 17, item 4).
+
+Nothing for a correct program; one line per problem, exit 1, for programs made wrong on
+purpose: a payload for another target, a host-only payload, an operator with no kernel.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from neutron_sdk_double import Behaviour, install
+from torch import nn
+
+import mcu_npu
+from mcu_npu import cli
+from mcu_npu.check import check_program, ethos_u_problems, neutron_problems
+from mcu_npu.runtime.pte import load
+
+
+def small():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(2, 4, 3), nn.ReLU()).eval(), torch.randn(1, 2, 6, 6)
+
+
+def compile_for(target, **kwargs):
+    model, x = small()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return mcu_npu.compile(model, x, target, calibration=[x], **kwargs)
+
+
+def payload_of(buffer: bytes) -> bytes:
+    program = load(buffer)._pte.program
+    (delegate,) = program.execution_plan[0].delegates
+    return bytes(program.backend_delegate_data[delegate.processed.index].data)
+
+
+@pytest.fixture(scope="module")
+def ethos_u(tmp_path_factory):
+    prog = compile_for("corstone-300")
+    return prog, prog.save(tmp_path_factory.mktemp("check") / "u55.pte")
+
+
+@pytest.fixture(scope="module")
+def neutron():
+    mp = pytest.MonkeyPatch()
+    try:
+        install(mp, Behaviour())
+        return compile_for("imxrt700")
+    finally:
+        mp.undo()
+
+
+def test_correct_programs_report_nothing(ethos_u, neutron, capsys):
+    assert check_program(ethos_u[1], "corstone-300") == []
+    assert check_program(neutron.buffer, "imxrt700") == []
+    assert check_program(compile_for("imxrt700", operators_not_to_delegate=["*"]).buffer,
+                         "imxrt700") == []
+    assert cli.main(["check", str(ethos_u[1]), "--target", "corstone-300"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_payload_for_another_target(ethos_u, capsys):
+    (line,) = check_program(ethos_u[1], "imxrt700")
+    assert line == ("delegate 0 (EthosUBackend): target imxrt700 runs NeutronBackend delegates, "
+                    "not EthosUBackend")
+    assert cli.main(["check", str(ethos_u[1]), "--target", "imxrt700"]) == 1
+    assert capsys.readouterr().out.strip().splitlines() == [f"{ethos_u[1]}: {line}"]
+
+
+def test_payload_not_in_the_runtimes_format(ethos_u, neutron):
+    """Under the right backend id, bytes the device runtime cannot read are refused."""
+    vela, nxp_payload = payload_of(ethos_u[0].buffer), payload_of(neutron.buffer)
+    one_input = [((1, 2, 6, 6), (0, 1, 2, 3), 1)]
+    one_output = [((1, 4, 4, 4), (0, 1, 2, 3), 1)]
+    (problem,) = neutron_problems(vela, one_input, one_output)
+    assert problem.startswith("not a Neutron payload")
+    (problem,) = ethos_u_problems(nxp_payload, one_input, one_output)
+    assert problem.startswith("not a Vela bin stream")
+    assert neutron_problems(nxp_payload, [((1, 2, 6, 6), (0, 1, 2, 3), 6)], one_output) == []
+    assert ethos_u_problems(vela, [((1, 2, 6, 6), (0, 1, 2, 3), 6)], one_output) == [
+        "input 0: scalar type 6 cannot be copied into a 1-byte Vela tensor"]
+
+
+def test_ethos_u_payload_for_another_configuration(ethos_u):
+    """Same runtime, other NPU: the U55-128 command stream on the Corstone-320's U85-256."""
+    (line,) = check_program(ethos_u[1], "corstone-320")
+    assert line == ("delegate 0 (EthosUBackend): compiled for an Ethos-U of architecture 1.x "
+                    "with 128 MACs per cycle; target corstone-320 has Arm Ethos-U85-256 "
+                    "(architecture 2.x, 256 MACs per cycle)")
+
+
+def test_host_only_payload():
+    (line,) = check_program(compile_for("imxrt700").buffer, "imxrt700")
+    assert line.startswith("delegate 0 (NeutronBackend): a host-only payload") and \
+        "refuses it" in line
+
+
+def test_operator_with_no_kernel(ethos_u):
+    """An operator name the Cortex-M library lacks (same length: the flatbuffer stays valid)."""
+    buffer = ethos_u[0].buffer
+    assert buffer.count(b"cortex_m::quantize_per_tensor") == 1
+    broken = buffer.replace(b"cortex_m::quantize_per_tensor", b"cortex_m::quantize_per_tensoX")
+    (line,) = check_program(broken, "corstone-300")
+    assert line == ("cortex_m.quantize_per_tensoX: no kernel for "
+                    "cortex_m::quantize_per_tensoX.out on corstone-300: the ExecuTorch "
+                    "Cortex-M (CMSIS-NN) kernels have no cortex_m::quantize_per_tensoX.out")

@@ -1,0 +1,291 @@
+"""What the NPU leaves runs on the target's Cortex-M int8 kernels where ExecuTorch's Cortex-M
+lowering takes it, and on portable kernels (with the reason in the report) where it does not:
+on imxrt700 and on the Corstone targets, for the shapes its lowering used to crash on.
+
+Each program is compared with its quantized reference element by element (in output steps),
+loaded in ExecuTorch's own runtime, and, for the Cortex-M rules, checked against what the
+lowering actually produced.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import mcu_npu
+from helpers import assert_loads_in_executorch, calibration_set, reference_output_steps
+from mcu_npu.cortex_m import cortex_m_rejection
+from mcu_npu.report import Kernel
+
+TARGETS = ["imxrt700", "corstone-300", "corstone-320"]
+
+
+class UnbatchedConv1d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 6, 3)
+
+    def forward(self, x):  # x: (C, L), no batch dimension
+        return torch.relu(self.conv(x))
+
+
+class ConvTranspose1d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose1d(4, 6, 3, stride=2)
+
+    def forward(self, x):
+        return self.up(x)
+
+
+class UnbatchedPool(nn.Module):
+    def forward(self, x):  # x: (C, H, W)
+        return F.max_pool2d(x, 2) + F.avg_pool2d(x, 2)
+
+
+class CeilModePool(nn.Module):
+    """SqueezeNet's pooling: 3x3 stride 2 in ceil mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+
+    def forward(self, x):
+        return F.max_pool2d(torch.relu(self.conv(x)), 3, 2, ceil_mode=True)
+
+
+class SiLUHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+
+    def forward(self, x):
+        return F.silu(self.conv(x))
+
+
+class LinearOfInput(nn.Module):
+    def forward(self, x, w):
+        return F.linear(x, w)
+
+
+class Where(nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, x, x * 2)
+
+
+class Bmm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return torch.bmm(y, y.transpose(1, 2))
+
+
+class CRNN(nn.Module):
+    """A conv whose output is permuted and reshaped into a GRU's sequence."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.gru = nn.GRU(4 * 4, 8, batch_first=True)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):  # x: (1, 1, 4, T)
+        y = torch.relu(self.conv(x))
+        y = y.permute(0, 3, 1, 2).reshape(1, y.shape[3], -1)
+        out, _ = self.gru(y)
+        return self.fc(out[:, -1])
+
+
+class RegressionHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+CASES = {
+    "bmm": (Bmm, [(2, 5, 8)]),
+    "crnn": (CRNN, [(1, 1, 4, 6)]),
+    "regression_head": (RegressionHead, [(1, 3, 8, 8)]),
+    "conv1d_unbatched": (UnbatchedConv1d, [(4, 16)]),
+    "conv_transpose1d": (ConvTranspose1d, [(1, 4, 10)]),
+    "pool_unbatched": (UnbatchedPool, [(3, 8, 8)]),
+    "ceil_mode_pool": (CeilModePool, [(1, 3, 12, 12)]),
+    "silu": (SiLUHead, [(1, 3, 8, 8)]),
+    "linear_of_input": (LinearOfInput, [(2, 8), (4, 8)]),
+    "where": (Where, [(2, 8)]),
+}
+
+
+def _compile(name, target, excluded=()):
+    cls, shapes = CASES[name]
+    torch.manual_seed(0)
+    model = cls().eval()
+    gen = torch.Generator().manual_seed(1)
+    example = tuple(torch.randn(s, generator=gen) for s in shapes)
+    cal = calibration_set(example, n=4, seed=2)
+    prog = mcu_npu.compile(model, example, target, calibration=cal,
+                           operators_not_to_delegate=excluded)
+    return model, prog, cal
+
+
+def _output_step(reference) -> float | None:
+    """The first output's quantization step; for a float output computed from quantized
+    tensors (a portable op last), the largest step of the graph; None when nothing is
+    quantized."""
+    out = [n for n in reference.graph.nodes if n.op == "output"][0].args[0]
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    if "dequantize" in str(out.target):
+        return reference_output_steps(reference)[0]
+    scales = [float(n.args[1]) for n in reference.graph.nodes
+              if n.op == "call_function" and "dequantize_per_tensor" in str(n.target)]
+    return max(scales) if scales else None
+
+
+def _assert_matches_reference(prog, cal):
+    """The numerics contract: within one output step per quantized op on the way (the models
+    here are a few ops deep), and the SQNR within 1 dB of the reference's."""
+    step = _output_step(prog.reference)
+    acc = prog.report.accuracy
+    assert acc["sqnr_db"] >= acc["reference_sqnr_db"] - 1.0, acc  # inf: float throughout
+    allowed = len(prog.report.ops)
+    for sample in cal:
+        got = prog.run(*sample)[0]
+        want = prog.reference(*sample)
+        want = want[0] if isinstance(want, (list, tuple)) else want
+        assert got.shape == want.shape
+        if step is None:  # nothing quantized: the program runs the float model's ops
+            assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+        else:
+            err = float((got - want).abs().max()) / step
+            assert err <= allowed + 1e-3, f"{err:.2f} output steps off the reference"
+    want = prog.reference(*cal[0])
+    want = want if isinstance(want, (list, tuple)) else [want]
+    assert_loads_in_executorch(prog.buffer, cal[0], [w.detach() for w in want])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiles_and_runs_with_default_placement(name, target):
+    _, prog, cal = _compile(name, target)
+    _assert_matches_reference(prog, cal)
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "corstone-320"])  # Cortex-M33 and M85
+@pytest.mark.parametrize("name", sorted(set(CASES) - {"crnn"}))  # a GRU: hundreds of CPU ops
+def test_compiles_and_runs_with_everything_on_the_cpu(name, target):
+    """Everything excluded from the NPU: each op is either a Cortex-M kernel or, where the
+    plan says the lowering cannot take it, a portable kernel with that reason."""
+    _, prog, cal = _compile(name, target, excluded=("*",))
+    assert prog.report.summary["ops_on_npu"] == 0
+    _assert_matches_reference(prog, cal)
+    for op in prog.report.ops:
+        if "the Cortex-M" in op.reason:  # planned portable
+            assert op.kernel is Kernel.PORTABLE, op
+
+
+@pytest.mark.parametrize("target", ["corstone-300"])
+def test_planned_portable_nodes_are_named_with_the_reason(target):
+    _, prog, _ = _compile("ceil_mode_pool", target, excluded=("*",))
+    ops = {o.op: o for o in prog.report.ops}
+    pool = ops["aten.max_pool2d_with_indices"] if "aten.max_pool2d_with_indices" in ops \
+        else ops["aten.max_pool2d"]
+    assert pool.kernel is Kernel.PORTABLE
+    assert "excluded by operators_not_to_delegate; the Cortex-M max pooling kernel has no " \
+           "ceil mode" == pool.reason
+    conv = ops["aten.convolution"]
+    assert conv.kernel is Kernel.CORTEX_M  # its neighbour's fallback costs it nothing
+
+
+@pytest.mark.parametrize("target", ["corstone-300", "corstone-320"])
+def test_corstone_runs_what_vela_leaves_on_cortex_m_int8_kernels(target):
+    """An Ethos-U partition next to Cortex-M kernels: the host runs the mixed program and
+    matches the reference."""
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv2d(3, 8, 3, padding=1)
+            self.b = nn.Conv2d(8, 8, 3, padding=1)
+            self.fc = nn.Linear(8 * 8 * 8, 6)
+
+        def forward(self, x):
+            y = torch.relu(self.b(torch.relu(self.a(x))))
+            return self.fc(y.flatten(1))
+
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    cal = calibration_set((x,), n=4, seed=1)
+    torch.manual_seed(0)
+    prog = mcu_npu.compile(Mixed().eval(), (x,), target, calibration=cal,
+                           operators_not_to_delegate=["aten.convolution"])
+    kernels = {o.op: o.kernel for o in prog.report.ops}
+    assert kernels["aten.convolution"] is Kernel.CORTEX_M
+    assert kernels["aten.linear"] is Kernel.NPU
+    _assert_matches_reference(prog, cal)
+
+
+def test_rules_match_what_the_lowering_does():
+    """``cortex_m_rejection`` on ATen nodes: the cases the explicit-layout lowering refuses."""
+    def nodes(model, *shapes):
+        gm = torch.export.export(model, tuple(torch.randn(s) for s in shapes)) \
+            .module(check_guards=False)
+        return {n.name: n for n in gm.graph.nodes if n.op == "call_function"}
+
+    assert cortex_m_rejection(nodes(nn.Conv1d(2, 2, 3), (1, 2, 8))["conv1d"]) is None
+    assert "rank 3" in cortex_m_rejection(nodes(nn.Conv1d(2, 2, 3), (2, 8))["conv1d"])
+    assert "no ConvTranspose1d" in cortex_m_rejection(
+        nodes(nn.ConvTranspose1d(2, 2, 3), (1, 2, 8))["conv_transpose1d"])
+    assert cortex_m_rejection(nodes(nn.MaxPool2d(2), (1, 2, 8, 8))["max_pool2d"]) is None
+    assert "ceil mode" in cortex_m_rejection(
+        nodes(nn.MaxPool2d(3, 2, ceil_mode=True), (1, 2, 8, 8))["max_pool2d"])
+    assert "dilation" in cortex_m_rejection(
+        nodes(nn.MaxPool2d(3, 1, dilation=2), (1, 2, 8, 8))["max_pool2d"])
+    assert "rank 3" in cortex_m_rejection(nodes(nn.AvgPool2d(2), (2, 8, 8))["avg_pool2d"])
+    assert "divisor override" in cortex_m_rejection(
+        nodes(nn.AvgPool2d(2, divisor_override=3), (1, 2, 8, 8))["avg_pool2d"])
+
+
+class ActAfterConv(nn.Module):
+    def __init__(self, act: nn.Module):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.conv(x)) * 0.5
+
+
+def _operators(buffer: bytes) -> set[str]:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    plan = deserialize_pte_binary(buffer).program.execution_plan[0]
+    return {op.name for op in plan.operators}
+
+
+NO_PORTABLE_KERNEL = {"aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::prelu"}
+"""Ops the NPU takes whole that ExecuTorch's portable kernels lack."""
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "corstone-300"])
+@pytest.mark.parametrize("act, op", [(nn.SiLU(), "aten.silu"), (nn.Hardswish(), "aten.hardswish"),
+                                     (nn.Hardsigmoid(), "aten.hardsigmoid"),
+                                     (nn.PReLU(8), "aten.prelu")])
+def test_activations_the_npu_takes_whole_are_decomposed_on_the_cpu(act, op, target):
+    """Kept off the NPU after an NPU convolution, each runs as the Cortex-M / portable
+    kernels of its parts: the program calls no op without a kernel and holds the contract."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    cal = calibration_set((x,), n=4, seed=2)
+    prog = mcu_npu.compile(ActAfterConv(act).eval(), (x,), target, calibration=cal,
+                           operators_not_to_delegate=[op])
+    assert not _operators(prog.buffer) & NO_PORTABLE_KERNEL, _operators(prog.buffer)
+    assert {o.op for o in prog.report.ops if o.kernel is Kernel.NPU} >= {"aten.convolution"}
+    _assert_matches_reference(prog, cal)

@@ -1,0 +1,79 @@
+"""One-node core-ATen decompositions done in place (``decompose_in_place``) and Edge clones
+as ``_clone_dim_order`` in place: the Edge program is the one ``to_edge`` gives after its
+full decomposition, with no re-trace on the way."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from executorch.exir import to_edge
+from torch import nn
+from torch.export import ExportedProgram
+
+from mcu_npu.edge_dialect import needs_retrace, to_edge_in_place
+from mcu_npu.pipeline import core_aten_program, edge_compile_config, export_module
+from mcu_npu.quantization import NeutronQuantizer, quantize
+from test_edge_dialect import _structure
+
+
+class Mixed(nn.Module):
+    """Every rewritten op: convolutions of each kind, flatten, transpose, contiguous,
+    unflatten, squeeze, softmax, dropout (eval) and zeros."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv1d = nn.Conv1d(4, 4, 3, groups=2, bias=False)
+        self.up = nn.ConvTranspose2d(4, 2, 3, stride=2, output_padding=1)
+        self.up1d = nn.ConvTranspose1d(4, 2, 2, stride=2)
+
+    def forward(self, x):
+        y = self.conv(x)                                       # [1, 4, 4, 4]
+        z = self.conv1d(y.flatten(2))                          # [1, 4, 14]
+        t = z.transpose(1, 2).contiguous().unflatten(1, (2, 7))
+        s = F.dropout(F.softmax(t.unsqueeze(0).squeeze(0), -1), 0.1, training=False)
+        return s + torch.zeros(s.shape), self.up(y), self.up1d(z)
+
+
+def _no_retrace(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("the program was re-traced to decompose it")
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", fail)
+
+
+@pytest.mark.parametrize("quantized", [False, True], ids=["float", "quantized"])
+def test_in_place_matches_decomposed_to_edge(quantized, monkeypatch):
+    torch.manual_seed(0)
+    x = (torch.randn(1, 3, 4, 4),)
+    gm = export_module(Mixed().eval(), x)
+    if quantized:
+        gm = quantize(gm, x, [x], NeutronQuantizer())
+    twin = torch.export.export(copy.deepcopy(gm), x)
+    for node in twin.graph.nodes:  # as core_aten_program drops it
+        node.meta.pop("from_node", None)
+    expected = to_edge(twin, compile_config=edge_compile_config())
+    _no_retrace(monkeypatch)
+    ep = core_aten_program(gm, x, edge_compile_config())
+    assert needs_retrace(ep.graph_module) is None
+    got = to_edge_in_place(ep, edge_compile_config())
+    assert _structure(got) == _structure(expected)
+    for g, e in zip(got.exported_program().module()(*x), expected.exported_program().module()(*x)):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+class Kept(nn.Module):
+    """Forms with more than one node after decomposition."""
+
+    def forward(self, x):
+        return F.softmax(x, -1, dtype=torch.float64), x.permute(0, 2, 1).flatten(1)
+
+
+def test_other_forms_are_left_to_the_decomposition():
+    x = (torch.randn(2, 3, 4),)
+    ep = core_aten_program(export_module(Kept(), x), x, edge_compile_config())
+    ops = {n.target for n in ep.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten._to_copy.default in ops  # the dtype softmax, decomposed by torch
+    assert torch.ops.aten.flatten.using_ints not in ops
