@@ -35,3 +35,42 @@ def test_every_drawn_spec_is_a_deterministic_exportable_module(spec):
 def test_random_network_compiles_loads_and_runs_within_contract(spec):
     for target in fuzz_nets.TARGETS:
         fuzz_nets.check(spec, target)
+
+
+# Minimal specs of failure classes benchmarks/fuzz.py found, each fixed since: they stay fixed.
+FOUND = {
+    "two BatchNorms in a row (the second read the erased first)":
+        {"input": ("flat", 1, 1), "blocks": [("batchnorm", {}), ("batchnorm", {})],
+         "seed": 0, "calibration": 2},
+    "a BatchNorm folded into the depthwise conv another BatchNorm became":
+        {"input": ("seq", 1, 7, 7),
+         "blocks": [("avgpool", {"k": 4, "pad": 2, "ceil": False, "count_pad": False,
+                                 "stride": 3}),
+                    ("batchnorm", {}), ("batchnorm", {}), ("scalar", {"c": 6, "mul": False}),
+                    ("mul", {"k3": False, "act": "silu"}), ("scalar", {"c": 7, "mul": False}),
+                    ("conv", {"k": 5, "out": 7, "groups": 2, "bias": True, "pad": 0,
+                              "stride": 1})],
+         "seed": 70, "calibration": 4},
+    "a delegate input that is a planned view, written by no instruction":
+        {"input": ("tokens", 1, 6, 15),
+         "blocks": [("mul", {"k3": False, "act": "leaky_relu"}), ("batchnorm", {}),
+                    ("flatten", {}), ("batchnorm", {}), ("batchnorm", {}),
+                    ("act", {"act": "relu"})],
+         "seed": 45, "calibration": 2},
+    "two partitions compiled to one Vela payload":
+        {"input": ("seq", 0, 12, 21),
+         "blocks": [("adaptive_pool", {"out": 2, "max": False}),
+                    ("maxpool", {"pad": 1, "k": 1, "stride": 1, "ceil": False,
+                                 "count_pad": False}),
+                    ("adaptive_pool", {"out": 1, "max": False}),
+                    ("add", {"act": "gelu", "k3": False}), ("cat", {"act": "tanh", "out": 2}),
+                    ("batch", {})],
+         "seed": 247, "calibration": 3},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FOUND))
+def test_failure_classes_found_by_the_fuzzer_stay_fixed(name):
+    for target in fuzz_nets.TARGETS:
+        fuzz_nets.check(FOUND[name], target)

@@ -23,7 +23,8 @@ def edge_compile_config() -> EdgeCompileConfig:
 
 def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: convolutions and pooling
-    on unbatched inputs get a batch of one; a linear layer with a run-time weight becomes a
+    on unbatched inputs get a batch of one; a SiLU becomes sigmoid and multiply, quantized
+    where the device rounds them; a linear layer with a run-time weight becomes a
     matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
     steps whose output is never read are not computed, a zero initial state costs no
     recurrent matmul, and per-step outputs are gathered without a copy each; unbinds become
@@ -34,11 +35,12 @@ def default_aten_passes(target) -> list:
     from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from .passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
                               DecomposeLayerNorm, DecomposeMatmul, DecomposeReshape,
-                              DecomposeScaledDotProductAttention, DecomposeUnbind,
+                              DecomposeScaledDotProductAttention, DecomposeSiLU,
+                              DecomposeUnbind,
                               FoldLinearOfZeros, FoldSelectOfCat, LinearOfActivations,
                               StackByConcat)
 
-    return [AddBatchDimension(), LinearOfActivations(),
+    return [AddBatchDimension(), LinearOfActivations(), DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),

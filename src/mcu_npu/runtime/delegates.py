@@ -55,10 +55,14 @@ Emulator = Callable[
 ]
 
 _EMULATORS: dict[str, Emulator] = {}
+_INPUT_COUNTS: dict[str, Callable[[bytes, dict], int]] = {}
 
 
-def register_emulator(backend_id: str, fn: Emulator) -> None:
-    """Make `fn` run the delegate calls of backend `backend_id` on the host.
+def register_emulator(backend_id: str, fn: Emulator,
+                      input_count: Callable[[bytes, dict], int] | None = None) -> None:
+    """Make `fn` run the delegate calls of backend `backend_id` on the host. `input_count`
+    (payload, named data) -> how many leading arguments of a call are inputs, as the device
+    runtime reads it from the payload; without it the split is inferred from the program.
 
     Registering the same function again is a no-op; a different one for a taken id is refused.
     """
@@ -68,11 +72,14 @@ def register_emulator(backend_id: str, fn: Emulator) -> None:
     if current is not None and current is not fn:
         raise ValueError(f"backend '{backend_id}' already has an emulator: {current!r}")
     _EMULATORS[backend_id] = fn
+    if input_count is not None:
+        _INPUT_COUNTS[backend_id] = input_count
 
 
 def unregister_emulator(backend_id: str) -> None:
     """Forget the emulator of `backend_id` (no error if there is none)."""
     _EMULATORS.pop(backend_id, None)
+    _INPUT_COUNTS.pop(backend_id, None)
 
 
 def get_emulator(backend_id: str) -> Emulator:
@@ -129,6 +136,9 @@ def call_delegate(delegate, processed: bytes, named_data: dict[str, bytes], fram
     """Run one DelegateCall through its backend's emulator, which writes the outputs."""
     emulator = get_emulator(delegate.id)
     split = len(args) - n_outputs
+    count = _INPUT_COUNTS.get(delegate.id)
+    if count is not None:  # the device runtime splits by the payload's counts
+        split = min(count(bytes(processed), named_data), len(args))
     tensors = []
     for k, index in enumerate(args):
         value = frame.read(index)

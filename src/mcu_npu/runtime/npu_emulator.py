@@ -196,3 +196,22 @@ def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[Device
         arg.write_memory(to_npu(result.view(np.uint8).view(element), arg.sizes, order,
                                 arg.dim_order))
 
+
+
+def ethos_u_input_count(processed: bytes, named_data) -> int:
+    """How many leading delegate arguments are inputs: ``EthosUBackend.cpp`` reads inputs
+    from ``args[0 .. handles.inputs->count)`` and outputs after them, the counts from the
+    Vela payload's input and output records."""
+    processed = bytes(processed)
+    if is_container(processed):
+        return len(unpack_reference(processed)[0].inputs)
+    return len(bin_stream.parse(processed).inputs)
+
+
+def neutron_input_count(processed: bytes, named_data) -> int:
+    """How many leading delegate arguments are inputs: ``NeutronBackend.cpp`` reads inputs
+    through ``inputMap`` and outputs at ``args[numInputArgs + outputMap[i]]``, the count
+    from the payload's header."""
+    processed = bytes(processed)
+    model, meta, _ = _graph(processed, named_data)
+    return _neutron_io(processed, model, meta).num_input_args

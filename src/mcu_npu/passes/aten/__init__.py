@@ -10,6 +10,7 @@ from mcu_npu.passes.aten.decompose_lstm import DecomposeLSTM
 from mcu_npu.passes.aten.decompose_matmul import DecomposeMatmul
 from mcu_npu.passes.aten.decompose_reshape import DecomposeReshape
 from mcu_npu.passes.aten.decompose_rnn import DecomposeRNN
+from mcu_npu.passes.aten.decompose_silu import DecomposeSiLU
 from mcu_npu.passes.aten.decompose_scaled_dot_product_attention import (
     DecomposeScaledDotProductAttention,
 )
@@ -22,6 +23,7 @@ from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
 __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "DecomposeGRU", "DecomposeLSTM",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
-           "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeUnbind",
+           "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
+           "DecomposeUnbind",
            "FoldLinearOfZeros", "FoldSelectOfCat", "LinearOfActivations",
            "ProjSizeNotSupportedError", "SplitGRUByLayers", "StackByConcat", "decompose_on_cpu"]

@@ -140,9 +140,11 @@ def _constant(node, gm: GraphModule) -> torch.Tensor | None:
 
 
 def _attr(gm: GraphModule, near: Node, name: str, value: torch.Tensor) -> Node:
-    """A new constant buffer of ``gm`` and the ``get_attr`` node reading it."""
+    """A new constant of ``gm`` and the ``get_attr`` node reading it. A parameter, as a
+    convolution's weight is: ``prepare_pt2e`` folds a following BatchNorm into the
+    convolution by re-registering its weight and bias as parameters under the same names."""
     name = "_mcu_npu_" + name
-    gm.register_buffer(name, value)
+    gm.register_parameter(name, torch.nn.Parameter(value, requires_grad=False))
     with gm.graph.inserting_before(near):
         node = gm.graph.get_attr(name)
     mode = next((getattr(a.meta.get("val"), "fake_mode", None) for a in near.all_input_nodes
