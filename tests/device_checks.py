@@ -7,30 +7,23 @@ from mcu_npu.device_io import neutron_layout
 from mcu_npu.npu import ethosu_payload as bin_stream
 from mcu_npu.npu import neutron_payload as nxp
 from mcu_npu.payload import find_host_graph, is_container, unpack_reference
-from mcu_npu.runtime.delegates import output_counts
+from mcu_npu.runtime.delegates import delegate_call_sites
 from mcu_npu.runtime.pte import load
 
 
 def delegate_io(buffer: bytes):
     """Per delegate call: (processed bytes, inputs, outputs), each tensor as (sizes, dim order,
-    dtype code), read from the .pte as a device runtime would."""
+    dtype code), read from the .pte as a device runtime would (inputs are the payload's
+    count of leading arguments)."""
     program = load(buffer)
-    plan = program._pte.program.execution_plan[0]
-    counts = output_counts(plan)
+    pte = program._pte.program
+    plan = pte.execution_plan[0]
     calls = []
-    for c, chain in enumerate(plan.chains):
-        for pc, instruction in enumerate(chain.instructions):
-            call = instruction.instr_args
-            if type(call).__name__ != "DelegateCall":
-                continue
-            delegate = plan.delegates[call.delegate_index]
-            processed = bytes(program._pte.program.backend_delegate_data[
-                delegate.processed.index].data)
-            tensors = [plan.values[i].val for i in call.args]
-            described = [(tuple(t.sizes), tuple(t.dim_order), int(t.scalar_type))
-                         for t in tensors]
-            split = len(described) - counts[c, pc]
-            calls.append((processed, described[:split], described[split:], program.named_data))
+    for site in delegate_call_sites(pte, plan, program.named_data):
+        described = [[(tuple(plan.values[i].val.sizes), tuple(plan.values[i].val.dim_order),
+                       int(plan.values[i].val.scalar_type)) for i in part]
+                     for part in (site.inputs, site.outputs)]
+        calls.append((site.processed, *described, program.named_data))
     return calls
 
 

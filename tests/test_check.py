@@ -107,3 +107,48 @@ def test_operator_with_no_kernel(ethos_u):
     assert line == ("cortex_m.quantize_per_tensoX: no kernel for "
                     "cortex_m::quantize_per_tensoX.out on corstone-300: the ExecuTorch "
                     "Cortex-M (CMSIS-NN) kernels have no cortex_m::quantize_per_tensoX.out")
+
+
+def test_a_planned_view_feeding_a_delegate_is_an_input():
+    """ExecuTorch plans a static view as an alias no instruction writes; the check splits a
+    delegate call's arguments by the payload's input count, as the device runtime does, so
+    such a view is an input, not taken for an output."""
+    import fuzz_nets
+    from test_fuzz import FOUND
+
+    from mcu_npu.check import delegate_calls
+    from mcu_npu.npu import ethosu_payload
+
+    model, example, calibration, _ = fuzz_nets.build(
+        FOUND["a delegate input that is a planned view, written by no instruction"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        prog = mcu_npu.compile(model, example, "corstone-300", calibration=calibration)
+    calls = delegate_calls(load(prog.buffer))
+    assert calls
+    for _, backend, processed, inputs, outputs in calls:
+        stream = ethosu_payload.parse(processed)
+        assert (len(inputs), len(outputs)) == (len(stream.inputs), len(stream.outputs))
+    assert check_program(prog.buffer, "corstone-300") == []
+
+
+def test_a_delegate_tensor_in_another_memory_order_is_refused(monkeypatch):
+    """The program's dim order of a delegate input must be the one its partition was
+    converted for; the Ethos-U runtime copies bytes as they lie. With the strides left
+    stale (channels-last after a permute that ``to_edge`` made a copy), the compile refuses
+    instead of returning a program whose NPU reads its input transposed."""
+    import fuzz_nets
+    from executorch.exir.pass_base import ExportedProgramPassResult
+    from test_fuzz import STALE_STRIDES
+
+    from mcu_npu.passes.edge import refresh_strides
+
+    model, example, calibration, _ = fuzz_nets.build(STALE_STRIDES)
+    monkeypatch.setattr(refresh_strides.RefreshStrides, "call",
+                        lambda self, program: ExportedProgramPassResult(program, False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(mcu_npu.UnsupportedModelError,
+                           match=r"input 0: the program hands it in dim order \(0, 1, 2, 3\), "
+                                 r"its partition was converted for \(0, 2, 3, 1\)"):
+            mcu_npu.compile(model, example, "corstone-300", calibration=calibration)

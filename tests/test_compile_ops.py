@@ -28,3 +28,26 @@ def test_single_op_runs_on_npu_and_matches_reference(name, factory, shapes):
     for e, g, step in zip(expected, got, reference_output_steps(prog.reference)):
         assert g.shape == e.shape
         assert float((g - e).abs().max()) / step <= 1.0 + 1e-3
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "corstone-300"])
+def test_a_view_of_an_input_that_leaves_the_npu_stays_on_the_cpu(target):
+    """A partition output that is only its input reshaped gives the NPU nothing to compute,
+    and Vela leaves it out of the command stream's outputs: such a view stays on the CPU,
+    while the op after it runs on the NPU."""
+    torch.manual_seed(0)
+
+    class Branches(torch.nn.Module):
+        def forward(self, x):
+            y = x.view(2, 5, 6)
+            return y, torch.sigmoid(y)
+
+    inputs = (torch.randn(2, 30),)
+    prog = mcu_npu.compile(Branches(), inputs, target=target, calibration=calibration_set(inputs))
+    placements = {o.op: o.placement for o in prog.report.ops}
+    assert not placements["aten.view_copy"].startswith("NPU"), prog.report
+    assert placements["aten.sigmoid"].startswith("NPU partition"), prog.report
+    expected = as_list(prog.reference(*inputs))
+    got = prog.run(*inputs)
+    for e, g, step in zip(expected, got, reference_output_steps(prog.reference)):
+        assert float((g - e).abs().max()) / step <= 1.0 + 1e-3

@@ -38,6 +38,12 @@ def test_random_network_compiles_loads_and_runs_within_contract(spec):
 
 
 # Minimal specs of failure classes benchmarks/fuzz.py found, each fixed since: they stay fixed.
+STALE_STRIDES = {
+    "input": ("image", 1, 7, 5, 5),
+    "blocks": [("channels_linear", {"out": 8}), ("adaptive_pool", {"out": 4, "max": True}),
+               ("channels_linear", {"out": 2})],
+    "seed": 1, "calibration": 3}
+
 FOUND = {
     "two BatchNorms in a row (the second read the erased first)":
         {"input": ("flat", 1, 1), "blocks": [("batchnorm", {}), ("batchnorm", {})],
@@ -66,6 +72,22 @@ FOUND = {
                     ("add", {"act": "gelu", "k3": False}), ("cat", {"act": "tanh", "out": 2}),
                     ("batch", {})],
          "seed": 247, "calibration": 3},
+    "a partition output that is its input reshaped (Vela drops it from the command stream)":
+        {"input": ("seq", 3, 3, 4),
+         "blocks": [("to_image", {"how": 10}), ("cat", {"out": 1, "act": "tanh"}),
+                    ("act", {"act": "hardswish"}), ("swap_hw", {}), ("mean", {"keep": True}),
+                    ("flatten", {}), ("add", {"act": "sigmoid", "k3": True})],
+         "seed": 37, "calibration": 3},
+    "a float32 initial state in a float64 calibration, and observers that refuse a reset":
+        {"input": ("tokens", 2, 5, 5),
+         "blocks": [("recurrent", {"bidir": False, "hidden": 9, "relu": True, "cell": "gru",
+                                   "layers": 2}),
+                    ("attention", {"heads": 2}), ("scalar", {"c": 1, "mul": False}),
+                    ("act", {"act": "gelu"}), ("last_step", {}),
+                    ("linear", {"bias": False, "out": 15}), ("to_tokens", {"how": 9})],
+         "seed": 40, "calibration": 3},
+    "stale channels-last strides after a permute (the NPU read its input transposed)":
+        STALE_STRIDES,
 }
 
 

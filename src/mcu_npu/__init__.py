@@ -6,6 +6,7 @@ from .errors import (
     InputError,
     InvalidProgramError,
     McuNpuError,
+    MemoryFitError,
     NpuCompilerError,
     UnsupportedModelError,
 )
@@ -26,5 +27,5 @@ __version__ = "0.1.0"
 __all__ = [
     "compile", "load", "CompiledProgram", "Report", "targets", "get_target",
     "McuNpuError", "ConfigError", "ConversionError", "InputError", "InvalidProgramError",
-    "NpuCompilerError", "UnsupportedModelError",
+    "MemoryFitError", "NpuCompilerError", "UnsupportedModelError",
 ]

@@ -23,7 +23,8 @@ from .pipeline import default_aten_passes, export_module, to_edge_program
 from .quantization import NeutronQuantizer, quantize, quantize_qat
 from .program_io import dequantize_outputs, quantize_inputs, quantize_io
 from .quantization.composed import TargetQuantizer, trial
-from .report import REPORT_KEY, OpPlacement, PartitionInfo, Report, check_io
+from .report import REPORT_KEY, REPORT_SLACK, OpPlacement, PartitionInfo, Report, check_io, \
+    restore_report, stored_report
 from .targets import get_target
 
 
@@ -35,6 +36,25 @@ class CompiledProgram:
     report: Report
     reference: torch.fx.GraphModule | None = field(default=None, repr=False)
     _program: object = field(default=None, repr=False)
+    float_model: torch.nn.Module | None = field(default=None, repr=False)
+    """The model as given (float), for per-layer error against it."""
+
+    def accuracy(self, samples) -> list[dict]:
+        """Per-layer error on ``samples`` (tuples of model inputs, or tensors of a
+        one-input model): one row per compute op, sorted so the op where accuracy is lost
+        comes first (``mcu_npu.report.layers``)."""
+        from .report.layers import layer_errors
+
+        return layer_errors(self, samples)
+
+    def save_c_header(self, path: str | os.PathLike, *, name: str = "model_pte",
+                      section: str | None = ".rodata.model_pte") -> Path:
+        """Write the ``.pte`` as a C header for firmware (``mcu_npu.c_header``): a 16-byte
+        aligned ``const uint8_t name[]`` in linker section ``section`` (None: no section
+        attribute), with ``#define``s for the memory pools and the program's I/O."""
+        from .c_header import write_c_header
+
+        return write_c_header(path, self.buffer, self.report, name=name, section=section)
 
     def save(self, path: str | os.PathLike) -> Path:
         return write_atomic(path, self.buffer)
@@ -141,6 +161,8 @@ def compile(
     train_fn: Callable[[torch.fx.GraphModule], None] | None = None,
     io: str = "float",
     deployable: bool = False,
+    strict: bool = False,
+    accuracy_samples=None,
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -155,15 +177,20 @@ def compile(
 
     A program that would not run on the board (payloads for the host only, from the
     reference NPU compiler; an operator no kernel library of the target provides) warns;
-    with ``deployable=True`` it raises ``NotDeployableError`` instead."""
+    with ``deployable=True`` it raises ``NotDeployableError`` instead. A program that does
+    not fit the target's memory warns; with ``strict=True`` it raises ``MemoryFitError``.
+
+    ``accuracy_samples`` (input tuples, like ``calibration``) adds the per-layer error to
+    the report (``report.layers``, see ``CompiledProgram.accuracy``)."""
     with stage("compiling the model"):  # any failure the stages below do not name
         return _compile(model, example_inputs, target, calibration, npu_compiler,
-                        operators_not_to_delegate, progress, train_fn, io, deployable)
+                        operators_not_to_delegate, progress, train_fn, io, deployable, strict,
+                        accuracy_samples)
 
 
 def _compile(model, example_inputs, target, calibration, npu_compiler,
              operators_not_to_delegate, progress, train_fn, io,
-             deployable=False) -> CompiledProgram:
+             deployable=False, strict=False, accuracy_samples=None) -> CompiledProgram:
     tgt = get_target(target)
     check_io(io)
     if npu_compiler not in COMPILER_NAMES:
@@ -207,17 +234,38 @@ def _compile(model, example_inputs, target, calibration, npu_compiler,
         report = build_report(decided, edge)
         report.io = io_params
         report.accuracy = {}
-        edge._named_data_store.add_named_data(REPORT_KEY, report.to_json().encode())
+        from .report.latency import estimate_latency
+
+        report.latency = estimate_latency(edge.exported_program(), tgt, report)
+        slack = REPORT_SLACK
+        if accuracy_samples is not None:
+            from .report.layers import stored_size
+
+            accuracy_samples = check_calibration(accuracy_samples, example_inputs)
+            slack += stored_size(report.ops)
+        stored = stored_report(report, slack)
+        edge._named_data_store.add_named_data(REPORT_KEY, stored)
     buffer = to_executorch(edge)
+    with stage("checking the program's delegate tensors"):
+        _check_layouts(buffer)
     with stage("checking the program against the target's kernels"):
         from . import deployability
         from .kernels_list import fill_report
 
         fill_report(report, buffer, tgt, edge, {n.ident: n.node for n in decided.nodes})
         deployability.check(report, tgt, deployable, stacklevel=3)
-    prog = CompiledProgram(buffer, report, reference)
+    with stage("checking the program against the target's memory"):
+        from .report.memory import check_fit, memory_report
+
+        report.memory = memory_report(buffer, tgt, report)
+        check_fit(report, strict, stacklevel=3)
+    prog = CompiledProgram(buffer, report, reference, float_model=float_model)
     with stage("checking the program's accuracy on the host"):
         report.accuracy = measure_accuracy(float_model, reference, prog, samples[:4])
+    if accuracy_samples is not None:
+        with stage("measuring the per-layer error"):
+            report.layers = prog.accuracy(accuracy_samples)
+    prog.buffer = restore_report(buffer, stored, report)
     return prog
 
 
@@ -270,6 +318,10 @@ def lower(edge, plan: Plan, target=None):
     """Delegate the NPU partitions of ``plan`` (``plan_edge``); on a target with a Cortex-M
     CPU the rest runs as its int8 kernels."""
     with stage("delegating to the NPU", _exclude_hint):
+        from .passes.edge import RefreshStrides
+
+        for method in edge.methods:
+            RefreshStrides()(edge.exported_program(method))
         edge = edge.to_backend(NpuPartitioner(plan=plan))
         for method in edge.methods:
             keep_interfaces_only(edge.exported_program(method))
@@ -281,6 +333,18 @@ def lower(edge, plan: Plan, target=None):
         for method in edge.methods:
             use_device_ids(edge.exported_program(method))
     return edge
+
+
+def _check_layouts(buffer: bytes) -> None:
+    """Every delegate tensor in the memory order its partition was converted for: a program
+    that hands the NPU a tensor transposed is never returned."""
+    from .check import layout_problems
+    from .runtime.pte import load as load_program
+
+    problems = layout_problems(load_program(buffer))
+    if problems:  # an inconsistency of the compiler's own: the stage wraps it, "report it"
+        raise RuntimeError(f"{problems[0]}; the NPU would read it transposed "
+                           f"({len(problems)} such tensor(s))")
 
 
 def to_executorch(edge) -> bytes:
@@ -301,7 +365,7 @@ def build_report(plan: Plan, edge) -> Report:
     for n in plan.nodes:
         if n.partition is not None:
             ops.append(OpPlacement(n.node, n.op, f"NPU partition {n.partition}", "npu", "",
-                                   n.macs))
+                                   n.macs, n.inputs, n.ident))
             continue
         reason = n.verdict.reason or "its neighbours left no NPU partition worth making"
         if n.ident in plan.portable:
@@ -309,7 +373,7 @@ def build_report(plan: Plan, edge) -> Report:
         kernel = cpu_kernels.get(n.ident, "float")
         ops.append(OpPlacement(n.node, n.op, _CPU_PLACES[kernel],
                                "portable" if kernel in ("float", "int8") else "cortex-m",
-                               reason, n.macs))
+                               reason, n.macs, n.inputs, n.ident))
     parts = [
         PartitionInfo(k, list(names), info.get("compiler", "?"), info.get("tflite_ops", []),
                       info.get("stats", {}))
@@ -415,6 +479,10 @@ class LoadedProgram:
             from .kernels_list import fill_report
 
             fill_report(report, self._program)
+        if not report.memory:  # stored unless it did not fit beside the accuracy
+            from .report.memory import memory_report
+
+            report.memory = memory_report(self._program, None, report)
         return report
 
     @property

@@ -6,6 +6,7 @@ Three questions, one line per problem found:
   one that runtime reads, with the tensors the ``.pte`` hands it (``NeutronBackend.cpp``'s
   init and copy rules, ``EthosUBackend.cpp``'s bin stream and I/O checks);
 - does a kernel library of the target provide every operator the program calls;
+- does each delegate tensor arrive in the memory order its partition was converted for;
 - does it fit in memory (not checked yet).
 """
 
@@ -23,29 +24,23 @@ _ETHOS_U_ELEM = {0: 1, 1: 1, 11: 1, 2: 2, 3: 4}
 
 def delegate_calls(program):
     """Per delegate call of every method: (index, backend id, processed bytes, input tensors,
-    output tensors), each tensor (sizes, dim order, scalar type) as the ``.pte`` holds it."""
-    from .runtime.delegates import output_counts
+    output tensors), each tensor (sizes, dim order, scalar type) as the ``.pte`` holds it and
+    the arguments split as the device runtime splits them (by the payload's input count)."""
+    from .runtime.delegates import delegate_call_sites
 
     pte = program._pte.program
     calls = []
     for plan in pte.execution_plan:
-        counts = output_counts(plan)
-        for c, chain in enumerate(plan.chains):
-            for pc, instruction in enumerate(chain.instructions):
-                call = instruction.instr_args
-                if type(call).__name__ != "DelegateCall":
-                    continue
-                delegate = plan.delegates[call.delegate_index]
-                data = bytes(pte.backend_delegate_data[delegate.processed.index].data)
-                tensors = []
-                for i in call.args:
-                    val = plan.values[i].val
-                    if type(val).__name__ == "Tensor":
-                        tensors.append((tuple(val.sizes), tuple(val.dim_order),
-                                        int(val.scalar_type)))
-                split = len(tensors) - counts[c, pc]
-                calls.append((len(calls), delegate.id, data, tensors[:split], tensors[split:]))
+        for site in delegate_call_sites(pte, plan, program.named_data):
+            tensors = [[_described(plan.values[i].val) for i in part
+                        if type(plan.values[i].val).__name__ == "Tensor"]
+                       for part in (site.inputs, site.outputs)]
+            calls.append((len(calls), site.delegate.id, site.processed, *tensors))
     return calls
+
+
+def _described(val) -> tuple:
+    return tuple(val.sizes), tuple(val.dim_order), int(val.scalar_type)
 
 
 def neutron_problems(data: bytes, inputs, outputs) -> list[str]:
@@ -143,6 +138,32 @@ def payload_problems(target, data: bytes, inputs, outputs) -> list[str]:
     return [f"no payload checks for a {kind} NPU"]
 
 
+def layout_problems(program) -> list[str]:
+    """Each delegate tensor the ``.pte`` hands over in another memory order than the one its
+    partition was converted for (read from the graph kept beside the payload): the NPU would
+    read it transposed. Programs whose payloads keep no graph are not checked."""
+    from .device_io import identity, same_memory_order
+    from .payload import find_host_graph, is_container, unpack_reference
+
+    found = []
+    for index, backend, data, inputs, outputs in delegate_calls(program):
+        graph = data if is_container(data) else find_host_graph(program.named_data, data)
+        if graph is None:
+            continue
+        try:
+            _, meta = unpack_reference(graph)
+        except InvalidProgramError:
+            continue
+        for kind, tensors in (("input", inputs), ("output", outputs)):
+            for n, ((sizes, order, _), spec) in enumerate(zip(tensors, meta.get(kind + "s", []))):
+                want = tuple(spec.get("dim_order") or identity(len(sizes)))
+                if len(want) == len(order) and not same_memory_order(sizes, tuple(order), want):
+                    found.append(f"delegate {index} ({backend}) {kind} {n}: the program hands "
+                                 f"it in dim order {tuple(order)}, its partition was "
+                                 f"converted for {want}")
+    return found
+
+
 def check_program(source, target_name: str) -> list[str]:
     """One line per reason the ``.pte`` at ``source`` (path or bytes) would not run on
     ``target_name``'s board; empty when none is found."""
@@ -163,6 +184,7 @@ def check_program(source, target_name: str) -> list[str]:
                          f"{backend}")
             continue
         found += [f"{where}: {p}" for p in payload_problems(target, data, inputs, outputs)]
+    found += layout_problems(program)
     raw = program.named_data.get(REPORT_KEY)
     placements = Report.from_json(raw).ops if raw is not None else ()
     uses = [u for u in kernel_list(program, target) if u.library != "delegate"]

@@ -111,12 +111,15 @@ def cmd_compile(args) -> int:
     model, inputs, calibration = load_model_spec(args.model)
     if args.calibration:
         calibration = load_calibration(args.calibration, inputs)
+    accuracy = load_calibration(args.accuracy_samples, inputs) if args.accuracy_samples \
+        else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         prog = api.compile(model, inputs, target=args.target, calibration=calibration,
                            npu_compiler=args.npu_compiler,
                            operators_not_to_delegate=args.exclude or (), progress=None,
-                           io=args.io, deployable=args.require_deployable)
+                           io=args.io, deployable=args.require_deployable,
+                           strict=args.strict, accuracy_samples=accuracy)
     for w in caught:
         if issubclass(w.category, UserWarning) and "mcu_npu" in (w.filename or ""):
             print(f"mcu-npu: warning: {w.message}", file=sys.stderr)
@@ -126,6 +129,9 @@ def cmd_compile(args) -> int:
     if args.ops_yaml:
         prog.save_selected_ops(args.ops_yaml, pte_path=args.output)
         print(f"wrote {args.ops_yaml} (ExecuTorch selected operators)")
+    if args.c_header:
+        prog.save_c_header(args.c_header, section=args.c_section or None)
+        print(f"wrote {args.c_header} (the .pte as a C array, pool sizes, I/O)")
     return 0
 
 
@@ -183,7 +189,13 @@ def cmd_report(args) -> int:
     report = api.load(args.program).report
     if report is None:
         raise InvalidProgramError(f"{args.program!r} carries no mcu-npu report")
+    if args.html:
+        from .files import write_atomic
+
+        write_atomic(args.html, report.to_html().encode())
     print(report.to_json() if args.json else report)
+    if args.html:
+        print(f"\nwrote {args.html}")
     return 0
 
 
@@ -226,6 +238,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--ops-yaml", metavar="FILE",
                    help="also write ExecuTorch's selective-build operator list "
                         "(selected_operators.yaml) for the program")
+    c.add_argument("--accuracy-samples", metavar="FILE.npz",
+                   help="also measure the per-layer error on these inputs (.npz with one "
+                        "[N, *shape] array per model input): one row per compute op, largest "
+                        "loss first, in the report")
+    c.add_argument("--strict", action="store_true",
+                   help="fail (no output) when the program does not fit the target's memory")
+    c.add_argument("--c-header", metavar="FILE",
+                   help="also write the .pte as a C header (aligned const array, pool sizes, "
+                        "I/O shapes)")
+    c.add_argument("--c-section", default=".rodata.model_pte", metavar="NAME",
+                   help="linker section of the C header's array ('' for none; default "
+                        "%(default)s)")
     c.set_defaults(func=cmd_compile)
     r = sub.add_parser("run", help="run a .pte on the host")
     r.add_argument("program")
@@ -235,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="print the compile report stored in a .pte")
     rp.add_argument("program")
     rp.add_argument("--json", action="store_true", help="JSON instead of a table")
+    rp.add_argument("--html", metavar="FILE",
+                    help="also write the report as one self-contained HTML page")
     rp.set_defaults(func=cmd_report)
     ck = sub.add_parser("check", help="check, without running it, that a .pte can run on a "
                         "target's board; one line per problem, exit 1 when any")

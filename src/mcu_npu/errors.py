@@ -35,6 +35,10 @@ class InvalidProgramError(McuNpuError):
     """A .pte file or payload is missing, corrupt, or cannot run on the host."""
 
 
+class MemoryFitError(McuNpuError):
+    """The program does not fit the target's memory (``compile(..., strict=True)``)."""
+
+
 class InputError(McuNpuError, ValueError):
     """Data handed to a program does not match what it expects (shape, dtype, count)."""
 

@@ -110,6 +110,41 @@ class CpuSpec:
     kernels for them."""
 
 
+MEMORY_KINDS = ("sram", "tcm", "flash", "external")
+MEMORY_ROLES = ("program", "ram", "fast_scratch")
+"""What a region holds in the firmware layout the memory report checks: ``program`` the
+``.pte`` (constant, read in place), ``ram`` what the program writes (ExecuTorch's planned
+buffers, the method allocator's pool, the NPU scratch), ``fast_scratch`` Vela's fast
+scratch (the arena cache of its Dedicated_Sram memory modes)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRegion:
+    """One memory of a target: its kind, size, whether the NPU reaches it, what the firmware
+    keeps there (``holds``, names from ``MEMORY_ROLES``) and where the figures come from."""
+
+    name: str
+    kind: str
+    """One of ``MEMORY_KINDS``."""
+    size_bytes: int | None
+    """None: the size is the board's choice (memory behind an AXI port of Vela's system
+    config); the report shows the need and checks nothing."""
+    npu_access: bool
+    """The NPU can read this region (an NPU that cannot must find its weights elsewhere)."""
+    source: str
+    holds: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.kind not in MEMORY_KINDS:
+            raise ConfigError(f"memory region {self.name!r}: unknown kind {self.kind!r}; "
+                              f"expected one of: {', '.join(MEMORY_KINDS)}")
+        object.__setattr__(self, "holds", tuple(self.holds))
+        unknown = [h for h in self.holds if h not in MEMORY_ROLES]
+        if unknown:
+            raise ConfigError(f"memory region {self.name!r}: unknown roles {unknown}; "
+                              f"expected some of: {', '.join(MEMORY_ROLES)}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Target:
     """A preset a user names: an NPU, the CPU beside it and a one-line description."""
@@ -118,6 +153,12 @@ class Target:
     description: str
     npu: NpuSpec
     cpu: CpuSpec | None = None
+    memory: tuple[MemoryRegion, ...] = ()
+    """The memory map the memory report checks the program against (empty: not checked)."""
+
+    def region_for(self, role: str) -> MemoryRegion | None:
+        """The region that holds ``role`` (a name from ``MEMORY_ROLES``), None if none does."""
+        return next((r for r in self.memory if role in r.holds), None)
 
 
 NEUTRON_N3_64 = NpuSpec(
@@ -141,6 +182,110 @@ _VELA_SYSTEMS = {
 # (2 MiB on the Corstone FVPs; the 384 KiB of the U65 Dedicated_Sram_384KB mode).
 _SRAM_BYTES = {"ethos-u55": 2 * 1024 * 1024, "ethos-u65": 384 * 1024,
                "ethos-u85": 2 * 1024 * 1024}
+
+
+# --- memory maps ---------------------------------------------------------------------------
+_MIB = 1024 * 1024
+_VELA_INI = "Vela's config_files/Arm/vela.ini"
+_ET_ARM_LD = "ExecuTorch examples/arm/executor_runner/{}.ld MEMORY"
+_ETHOSU_AXI = ("the Ethos-U reads and writes over its AXI ports: SRAM on the first, flash "
+               "or DRAM on the second (Arm ml-embedded-evaluation-kit "
+               "docs/sections/memory_considerations.md)")
+_TCM = ("tightly coupled to the Cortex-M core, off the NPU's AXI ports; the ExecuTorch Arm "
+        "runner keeps code, stack and .rodata here")
+
+
+def vela_memory(vela: VelaConfig, sram_bytes: int) -> tuple[MemoryRegion, ...]:
+    """The memory map Vela's memory mode describes, for an NPU named without its SoC: the
+    arena (Vela's scratch, which also holds the NPU's inputs and outputs) where the mode puts
+    it, sized by ``sram_bytes`` when that is SRAM; memories behind the second AXI port have
+    no size (the board's choice)."""
+    mode = vela.memory_mode
+    where = f"{_VELA_INI} [Memory_Mode.{mode}]"
+    if mode == "Sram_Only":  # constants, arena and cache all on AXI0 (SRAM)
+        return (MemoryRegion(
+            name="sram", kind="sram", size_bytes=sram_bytes, npu_access=True,
+            holds=("program", "ram"),
+            source=f"{where}: const, arena and cache on Axi0 = Sram; size: the arena "
+                   "ExecuTorch's Arm tests give Vela (targets._SRAM_BYTES)"),)
+    if mode.startswith("Dedicated_Sram"):  # arena in DRAM, its cache in the NPU's SRAM
+        return (
+            MemoryRegion(name="sram", kind="sram",
+                         size_bytes=vela.arena_cache_size or sram_bytes, npu_access=True,
+                         holds=("fast_scratch",),
+                         source=f"{where}: cache on Axi0 = Sram, arena_cache_size "
+                                f"{sram_bytes} bytes"),
+            MemoryRegion(name="dram", kind="external", size_bytes=None, npu_access=True,
+                         holds=("program", "ram"),
+                         source=f"{where}: const and arena on Axi1 = Dram"),
+        )
+    return (  # Shared_Sram: arena and cache in SRAM, constants read from flash
+        MemoryRegion(name="sram", kind="sram", size_bytes=sram_bytes, npu_access=True,
+                     holds=("ram",),
+                     source=f"{where}: arena and cache on Axi0 = Sram; size: the arena "
+                            "ExecuTorch's Arm tests give Vela (targets._SRAM_BYTES)"),
+        MemoryRegion(name="flash", kind="flash", size_bytes=None, npu_access=True,
+                     holds=("program",),
+                     source=f"{where}: const on Axi1 = OffChipFlash "
+                            "([System_Config.Ethos_U55_High_End_Embedded])"),
+    )
+
+
+IMXRT700_MEMORY = (
+    MemoryRegion(
+        name="sram", kind="sram", size_bytes=0x580000, npu_access=True, holds=("ram",),
+        source="7.5 MiB on-chip SRAM (0x780000, Zephyr dts/arm/nxp/imxrt/imxrt7xx/"
+               "nxp_rt7xx_common.dtsi 'sram' ranges; 'over 7.5 MB' in NXP's RT700 "
+               "announcement), shared by both domains. Derived: the compute domain "
+               "(Cortex-M33 CPU0, HiFi4, NPU) takes partitions 0x000000-0x57FFFF = 5.5 MiB, "
+               "the sense domain (CPU1, HiFi1) 0x580000-0x77FFFF, per the partition comments "
+               "of that dtsi"),
+    MemoryRegion(
+        name="xspi0-flash", kind="flash", size_bytes=64 * _MIB, npu_access=False,
+        holds=("program",),
+        source="MX25UM51245G octal flash, 64 MiB, on xSPI0 of the MIMXRT700-EVK (Zephyr "
+               "boards/nxp/mimxrt700_evk/mimxrt700_evk_mimxrt798s_cm33_cpu0.dts); "
+               "'Neutron compute has no access to FLASH' (ExecuTorch backends/nxp/runtime/"
+               "NeutronBackend.cpp): NPU weights must be in SRAM, or fetched there by "
+               "microcode compiled with fetch_constants_to_sram"),
+)
+
+CORSTONE_300_MEMORY = (
+    MemoryRegion(name="itcm", kind="tcm", size_bytes=512 * 1024, npu_access=False,
+                 source=f"{_ET_ARM_LD.format('Corstone-300')} ITCM 0x00080000; {_TCM}"),
+    MemoryRegion(name="dtcm", kind="tcm", size_bytes=512 * 1024, npu_access=False,
+                 source=f"{_ET_ARM_LD.format('Corstone-300')} DTCM 0x00080000; {_TCM}"),
+    MemoryRegion(name="sram", kind="sram", size_bytes=2 * _MIB, npu_access=True,
+                 holds=("ram",),
+                 source=f"{_ET_ARM_LD.format('Corstone-300')} SRAM 0x00200000 (SSE-300 "
+                        "ISRAM); the arena of Vela's Shared_Sram mode, where the runner "
+                        f"puts .bss.tensor_arena with ETHOSU_ARENA=0; {_ETHOSU_AXI}"),
+    MemoryRegion(name="qspi-flash", kind="flash", size_bytes=8 * _MIB, npu_access=True,
+                 source=f"{_ET_ARM_LD.format('Corstone-300')} QSPI 0x00800000"),
+    MemoryRegion(name="ddr", kind="external", size_bytes=0x60000000, npu_access=True,
+                 holds=("program",),
+                 source=f"{_ET_ARM_LD.format('Corstone-300')} DDR 0x60000000; the runner "
+                        "puts the model (network_model_sec) here by default "
+                        f"(ETHOSU_MODEL=1); {_ETHOSU_AXI}"),
+)
+
+CORSTONE_320_MEMORY = (
+    MemoryRegion(name="itcm", kind="tcm", size_bytes=32 * 1024, npu_access=False,
+                 source=f"{_ET_ARM_LD.format('Corstone-320')} ITCM 0x00008000; {_TCM}"),
+    MemoryRegion(name="dtcm", kind="tcm", size_bytes=32 * 1024, npu_access=False,
+                 source=f"{_ET_ARM_LD.format('Corstone-320')} DTCM 0x00008000; {_TCM}"),
+    MemoryRegion(name="sram", kind="sram", size_bytes=4 * _MIB, npu_access=True,
+                 holds=("ram",),
+                 source=f"{_ET_ARM_LD.format('Corstone-320')} SRAM 0x00400000; the "
+                        "runner's .bss.tensor_arena with ETHOSU_ARENA=0; " + _ETHOSU_AXI),
+    MemoryRegion(name="qspi-flash", kind="flash", size_bytes=8 * _MIB, npu_access=True,
+                 source=f"{_ET_ARM_LD.format('Corstone-320')} QSPI 0x00800000"),
+    MemoryRegion(name="ddr", kind="external", size_bytes=0x10000000, npu_access=True,
+                 holds=("program",),
+                 source=f"{_ET_ARM_LD.format('Corstone-320')} DDR 0x10000000; the runner "
+                        "puts the model (network_model_sec) here by default "
+                        f"(ETHOSU_MODEL=1); {_ETHOSU_AXI}"),
+)
 
 
 def ethos_u(accelerator: str) -> NpuSpec:
@@ -173,7 +318,7 @@ def _npu_only(accelerator: str) -> Target:
     return Target(name=accelerator,
                   description=f"{npu.name} NPU alone (Vela {vela.system_config} / "
                               f"{vela.memory_mode}, {npu.clock_hz // 1_000_000} MHz)",
-                  npu=npu)
+                  npu=npu, memory=vela_memory(vela, npu.sram_bytes))
 
 
 _PRESETS: dict[str, Target] = {
@@ -184,6 +329,7 @@ _PRESETS: dict[str, Target] = {
             description="NXP i.MX RT700: eIQ Neutron N3-64 NPU + Cortex-M33 @ 325 MHz",
             npu=NEUTRON_N3_64,
             cpu=CpuSpec(core="cortex-m33", clock_hz=325_000_000, int8_kernels=True),
+            memory=IMXRT700_MEMORY,
         ),
         Target(
             name="corstone-300",
@@ -191,6 +337,7 @@ _PRESETS: dict[str, Target] = {
                         "Vela's Ethos_U55_High_End_Embedded: 500 MHz)",
             npu=ethos_u("ethos-u55-128"),
             cpu=CpuSpec(core="cortex-m55", clock_hz=500_000_000, int8_kernels=True),
+            memory=CORSTONE_300_MEMORY,
         ),
         Target(
             name="corstone-320",
@@ -198,6 +345,7 @@ _PRESETS: dict[str, Target] = {
                         "Vela's Ethos_U85_SYS_DRAM_Mid: 1 GHz)",
             npu=ethos_u("ethos-u85-256"),
             cpu=CpuSpec(core="cortex-m85", clock_hz=1_000_000_000, int8_kernels=True),
+            memory=CORSTONE_320_MEMORY,
         ),
         *(_npu_only(a) for a in ("ethos-u55-64", "ethos-u55-128", "ethos-u55-256",
                                  "ethos-u65-256", "ethos-u65-512", "ethos-u85-256",

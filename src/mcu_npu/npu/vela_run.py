@@ -17,6 +17,7 @@ import io
 import os
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,9 @@ TOOL = "vela"
 KEEP_TEMPS = "MCU_NPU_KEEP_TEMPS"
 """When set, each Vela run's model, configuration and console output stay in a directory."""
 MISSING = "Vela is not installed: pip install ethos-u-vela"
+PROGRESS_BYTES = 8 << 20
+"""Networks at least this big announce their Vela run on a terminal (Regor compiles about
+6 MiB a second on one host core, so smaller runs pass unnoticed)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,6 +197,26 @@ def _kept_dir(call: VelaCall, network: bytes, log: str) -> str:
     return str(path)
 
 
+@contextlib.contextmanager
+def progress(network: bytes, stream=None):
+    """On a terminal (``stream``, default stderr), one status line around the Vela run of a
+    network of ``PROGRESS_BYTES`` or more, ended by its duration; nothing when the stream is
+    not a terminal. The line is written before the call: Regor holds the interpreter lock
+    while it compiles, so a timer could not speak during the call."""
+    stream = sys.stderr if stream is None else stream
+    show = len(network) >= PROGRESS_BYTES and stream.isatty()
+    if show:
+        stream.write(f"Vela: compiling a {len(network) / (1 << 20):.1f} MiB network ...")
+        stream.flush()
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        if show:
+            stream.write(f" {time.monotonic() - start:.1f} s\n")
+            stream.flush()
+
+
 def run_vela(call: VelaCall, network: bytes):
     """(compiled model, console text) of one Regor run; failures raise NpuCompilerError.
 
@@ -204,7 +228,7 @@ def run_vela(call: VelaCall, network: bytes):
         raise NpuCompilerError("the partition is not a TFLite flatbuffer (no 'TFL3' file "
                                "identifier); Vela was not called", tool=TOOL)
     failure = None
-    with captured_output() as out:
+    with progress(network), captured_output() as out:
         try:
             compiled = regor.compile(call.architecture, network, "TFLITE", call.system_config,
                                      options=call.compiler_options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 from typing import Iterable
 
+import torch
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
@@ -28,6 +29,14 @@ from ..targets import Target, get_target
 from ..tflite import convert
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
 from ..tflite.registry import PRESERVED_ATEN_OPS
+
+# the ATen ops behind the Edge views and copies the converter turns into aliases
+PASS_THROUGH_OPS = {torch.ops.aten.view_copy.default, torch.ops.aten.squeeze_copy.dims,
+                    torch.ops.aten.squeeze_copy.dim, torch.ops.aten.squeeze_copy.default,
+                    torch.ops.aten.unsqueeze_copy.default, torch.ops.aten.alias_copy.default,
+                    torch.ops.aten.clone.default,
+                    torch.ops.dim_order_ops._clone_dim_order.default,
+                    torch.ops.dim_order_ops._to_dim_order_copy.default}
 from .subgraph import partition_view
 from .support import SupportAnalysis
 
@@ -63,6 +72,42 @@ def cluster_members(analysis: SupportAnalysis) -> set[Node]:
         src = node.args[0] if node.args else None
         if (node.target in QUANTIZE or node.target is operator.getitem) and src in members:
             members.add(node)
+    return members
+
+
+_QDQ = set(QUANTIZE) | set(DEQUANTIZE) | set(DEQUANTIZE_PER_CHANNEL)
+
+
+def _is_pass_through(node: Node) -> bool:
+    """A view or copy: in the NPU's graph an alias of its input, no data computed."""
+    return node.op == "call_function" and getattr(node.target, "_op", None) in PASS_THROUGH_OPS
+
+
+def _without_pass_throughs(members: set[Node]) -> set[Node]:
+    """A group's ``members`` without the views and copies whose data comes from outside the
+    group and also leaves it (with the quantize and dequantize around them). Such an output is
+    the partition's input under another shape: the NPU has nothing to compute for it and
+    Vela drops it from the command stream's outputs, so the partition would return fewer
+    tensors than the program expects. The CPU takes it as a view."""
+    def source(n: Node) -> Node:  # the value a chain of views and Q/DQ reads
+        while n.op == "call_function" and (n.target in _QDQ or _is_pass_through(n)) \
+                and n.args and isinstance(n.args[0], Node):
+            n = n.args[0]
+        return n
+
+    def escapes(n: Node) -> bool:
+        return any(u not in members or (u.target in _QDQ and escapes(u)) for u in n.users)
+
+    changed = True
+    while changed:
+        changed = False
+        for node in [n for n in members if _is_pass_through(n)]:
+            if source(node) not in members and escapes(node):
+                drop = {node} | {u for u in node.users if u.target in QUANTIZE}
+                drop |= {a for a in node.all_input_nodes if a.target in _QDQ
+                         and all(u not in members or u in drop for u in a.users)}
+                members -= drop
+                changed = True
     return members
 
 
@@ -104,6 +149,8 @@ def propose(program: ExportedProgram, analysis: SupportAnalysis) -> list[list[No
     members = cluster_members(analysis)
     group = single_group(list(program.graph.nodes), members)
     groups = [group] if group is not None else general_groups(program, members)
+    groups = [[n for n in g if n in kept] for g in groups
+              for kept in [_without_pass_throughs(set(g))]]
     return [g for g in groups if any(n in analysis.verdicts for n in g)]
 
 

@@ -72,6 +72,9 @@ class NodePlan:
     verdict: Verdict
     partition: int | None
     macs: int
+    inputs: tuple[str, ...] = ()
+    """The compute nodes whose results reach this one (through quantize, dequantize and
+    views): the edges of the report's placement graph."""
 
     @property
     def runs_on(self) -> str:
@@ -167,13 +170,29 @@ def plan_program(program, target, options: PlanOptions = PlanOptions(),
     analysis = SupportAnalysis(program, target, excluded, rejected, placement)
     groups = propose(program, analysis)
     where = {n: k for k, group in enumerate(groups) for n in group}
-    nodes = tuple(NodePlan(n.name, v.op, node_id(n), v, where.get(n), node_macs(n))
+    nodes = tuple(NodePlan(n.name, v.op, node_id(n), v, where.get(n), node_macs(n),
+                           _compute_inputs(n, analysis.verdicts))
                   for n, v in analysis.verdicts.items())
     fp = fingerprint(program)
     return Plan(target, options, fp, fp, Placement.from_analysis(analysis), nodes,
                 tuple(tuple(n.name for n in g if n in analysis.verdicts) for g in groups),
                 tuple(tuple(n.name for n in g) for g in groups),
                 MappingProxyType(dict(rejected)))
+
+
+def _compute_inputs(node, compute) -> tuple[str, ...]:
+    """Names of the nodes of ``compute`` that feed ``node``, looking through the others."""
+    found, seen, todo = [], set(), list(node.all_input_nodes)
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in compute:
+            found.append(n.name)
+        else:
+            todo.extend(n.all_input_nodes)
+    return tuple(sorted(found))
 
 
 __all__ = ["Plan", "PlanOptions", "NodePlan", "plan_program", "fingerprint"]

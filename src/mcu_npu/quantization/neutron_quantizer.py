@@ -133,6 +133,7 @@ def begin_float64_calibration(prepared: GraphModule) -> GraphModule:
     and observers in float64, float32 inputs cast on entry. A post-prepare pass for
     ExecuTorch's ``QuantizationRecipe``; ``end_float64_calibration`` undoes it."""
     to_float64(prepared)
+    _retype_tensors_made(prepared, torch.float32, torch.float64)
     if getattr(prepared, _HOOK, None) is None:
         handle = prepared.register_forward_pre_hook(
             lambda module, args: tuple(_as_float64(x) for x in args))
@@ -146,7 +147,29 @@ def end_float64_calibration(prepared: GraphModule) -> GraphModule:
     if handle is not None:
         handle.remove()
         object.__setattr__(prepared, _HOOK, None)
+    _retype_tensors_made(prepared, torch.float64, torch.float32)
     return to_float32(prepared)
+
+
+_RETYPED = "mcu_npu_float64_dtype"
+
+
+def _retype_tensors_made(prepared: GraphModule, old: torch.dtype, new: torch.dtype) -> None:
+    """Tensors the graph makes itself (``zeros(..., dtype=float32)`` for a recurrent
+    layer's initial state, casts) in ``new`` instead of ``old``, so a float64 calibration
+    does not meet a float32 operand; marked so the way back changes exactly those."""
+    changed = False
+    for node in prepared.graph.nodes:
+        if node.op != "call_function" or node.kwargs.get("dtype") != old:
+            continue
+        going_back = new == torch.float32
+        if going_back != bool(node.meta.get(_RETYPED)):
+            continue
+        node.kwargs = {**node.kwargs, "dtype": new}
+        node.meta[_RETYPED] = not going_back
+        changed = True
+    if changed:
+        prepared.recompile()
 
 
 def _as_float64(x):
@@ -154,10 +177,15 @@ def _as_float64(x):
 
 
 def _reset_observers(prepared: GraphModule) -> None:
+    """Forget what the observers saw; fixed and derived ones hold nothing to forget (and
+    refuse a reset)."""
     for module in prepared.modules():
         reset = getattr(module, "reset_min_max_vals", None)
         if reset is not None:
-            reset()
+            try:
+                reset()
+            except NotImplementedError:
+                pass
 
 
 def quantize_qat(

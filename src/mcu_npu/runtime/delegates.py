@@ -9,7 +9,7 @@ memory, as the device backend writes into the planned output buffers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -131,14 +131,52 @@ def _preset_values(plan) -> set[int]:
             or (evalue.val.allocation_info is None and list(evalue.val.sizes) == [0])}
 
 
+def input_split(backend_id: str, processed: bytes, named_data: dict[str, bytes], n_args: int,
+                n_outputs: int) -> int:
+    """How many leading arguments of a delegate call are its inputs: the count the device
+    runtime reads from the payload (``EthosUBackend.cpp``, ``NeutronBackend.cpp``), else
+    the program-inferred split (``n_outputs``, from ``output_counts``)."""
+    count = _INPUT_COUNTS.get(backend_id)
+    if count is not None:
+        return min(count(bytes(processed), named_data), n_args)
+    return n_args - n_outputs
+
+
+class DelegateCallSite(NamedTuple):
+    """One DelegateCall of an execution plan, its arguments split as the device splits
+    them (value indices into the plan)."""
+
+    chain: int
+    pc: int
+    delegate: object
+    processed: bytes
+    inputs: list[int]
+    outputs: list[int]
+
+
+def delegate_call_sites(program, plan, named_data: dict[str, bytes]) -> list[DelegateCallSite]:
+    """Every DelegateCall of ``plan`` (of deserialized ``program``), in program order."""
+    counts = output_counts(plan)
+    sites = []
+    for c, chain in enumerate(plan.chains):
+        for pc, instruction in enumerate(chain.instructions):
+            call = instruction.instr_args
+            if type(call).__name__ != "DelegateCall":
+                continue
+            delegate = plan.delegates[call.delegate_index]
+            processed = bytes(program.backend_delegate_data[delegate.processed.index].data)
+            args = list(call.args)
+            split = input_split(delegate.id, processed, named_data, len(args), counts[c, pc])
+            sites.append(DelegateCallSite(c, pc, delegate, processed, args[:split],
+                                          args[split:]))
+    return sites
+
+
 def call_delegate(delegate, processed: bytes, named_data: dict[str, bytes], frame, args,
                   n_outputs: int) -> None:
     """Run one DelegateCall through its backend's emulator, which writes the outputs."""
     emulator = get_emulator(delegate.id)
-    split = len(args) - n_outputs
-    count = _INPUT_COUNTS.get(delegate.id)
-    if count is not None:  # the device runtime splits by the payload's counts
-        split = min(count(bytes(processed), named_data), len(args))
+    split = input_split(delegate.id, processed, named_data, len(args), n_outputs)
     tensors = []
     for k, index in enumerate(args):
         value = frame.read(index)

@@ -16,10 +16,15 @@ runtime hands it computes wrong numbers here, as it would on the board.
 A vendor payload's graph comes from the named data kept beside it; a reference payload is
 the graph (for Ethos-U its tensors stand for Vela's records, for Neutron its metadata holds
 the format flags a Neutron payload would carry).
+
+``recording_tensors()`` (opt-in, for per-layer error) makes each delegate call run its graph
+in an interpreter that keeps every intermediate tensor and hands them out by tensor name;
+outside it nothing is recorded and the cached interpreters run as usual.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from dataclasses import dataclass
@@ -34,7 +39,7 @@ from ..npu import ethosu_payload as bin_stream
 from ..npu import neutron_payload as nxp
 from ..payload import find_host_graph, is_container, unpack_reference
 from .delegates import DeviceTensor
-from .litert import interpreter
+from .litert import TensorValue, interpreter, op_outputs
 
 # Element types the Ethos-U runtime copies, with the Vela element size each must meet.
 ETHOS_U_INPUT_TYPES = {torch.int32: 4, torch.int8: 1, torch.uint8: 1, torch.int16: 2,
@@ -47,6 +52,34 @@ def _prepared(digest: bytes, payload: bytes):
     return model, meta, interpreter(model.buffer)
 
 
+@lru_cache(maxsize=8)
+def _prepared_keeping_tensors(digest: bytes, payload: bytes):
+    model, meta = unpack_reference(payload)
+    return model, meta, interpreter(model.buffer, keep_all_tensors=True)
+
+
+_RECORDINGS: list[list[dict[str, TensorValue]]] = []
+
+
+@contextlib.contextmanager
+def recording_tensors():
+    """Record the NPU graphs' tensors while the block runs: yields a list that gets, per
+    delegate call in execution order, ``{tensor name: TensorValue}`` of every operator
+    output of the partition's TFLite graph (tensor names are the Edge nodes' names).
+    The numbers computed are the same as without recording."""
+    calls: list[dict[str, TensorValue]] = []
+    _RECORDINGS.append(calls)
+    try:
+        yield calls
+    finally:
+        _RECORDINGS.pop()
+
+
+def _record(model, interp) -> None:
+    if _RECORDINGS:
+        _RECORDINGS[-1].append(op_outputs(model.buffer, interp))
+
+
 def _graph(processed: bytes, named_data: dict[str, bytes]):
     """(TFLiteModel, meta, interpreter) of the partition graph behind a payload."""
     payload = processed
@@ -57,7 +90,8 @@ def _graph(processed: bytes, named_data: dict[str, bytes]):
                 "this program's NPU partitions hold vendor microcode that only the NPU itself "
                 "can run; compile with npu_compiler='reference' to check it on the host")
         payload = bytes(kept)
-    return _prepared(hashlib.sha256(payload).digest(), payload)
+    prepare = _prepared_keeping_tensors if _RECORDINGS else _prepared
+    return prepare(hashlib.sha256(payload).digest(), payload)
 
 
 @dataclass(frozen=True)
@@ -134,6 +168,7 @@ def run_ethos_u(processed: bytes, compile_specs, named_data, inputs: list[Device
                                       f"{record.count} (Input tensor sizes do not match)")
         _feed(interp, spec.index, arg.memory(), f"Ethos-U input {i}")
     interp.invoke()
+    _record(model, interp)
     for i, (arg, record, spec) in enumerate(zip(outputs, out_records, model.outputs)):
         if arg.nbytes != record.count * record.elem_size:
             raise InvalidProgramError(
@@ -181,6 +216,7 @@ def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[Device
         data = to_npu(arg.memory(), arg.sizes, arg.dim_order, order)
         _feed(interp, model.inputs[arg_index].index, data, f"Neutron input {i}")
     interp.invoke()
+    _record(model, interp)
     for i, (flag, out_index) in enumerate(zip(io.output_formats, io.output_map)):
         if out_index >= len(outputs):
             raise InvalidProgramError(f"Neutron output {i} maps to argument "

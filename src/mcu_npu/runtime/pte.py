@@ -117,6 +117,7 @@ class Program:
 
     def __init__(self, data: bytes):
         self._pte = _deserialize(data)
+        self.size = len(data)
         with _corrupt_as("the program is corrupt"):
             self._plans = {plan.name: plan for plan in self._pte.program.execution_plan}
             self.named_data: dict[str, bytes] = _named_data(self._pte)

@@ -1,8 +1,10 @@
-"""Passes on Edge-dialect ExportedPrograms (after ``to_edge``; these run on the final program,
-after delegation and the Cortex-M lowering)."""
+"""Passes on Edge-dialect ExportedPrograms (after ``to_edge``). ``RefreshStrides`` runs
+before partitioning; the I/O passes on the final program, after delegation and the Cortex-M
+lowering."""
 
 from mcu_npu.passes.edge._io import IOQuantization
+from mcu_npu.passes.edge.refresh_strides import RefreshStrides
 from mcu_npu.passes.edge.remove_input_quantize import RemoveInputQuantize
 from mcu_npu.passes.edge.remove_output_dequantize import RemoveOutputDequantize
 
-__all__ = ["IOQuantization", "RemoveInputQuantize", "RemoveOutputDequantize"]
+__all__ = ["IOQuantization", "RefreshStrides", "RemoveInputQuantize", "RemoveOutputDequantize"]

@@ -23,17 +23,52 @@ in the ``.pte`` lacks them and ``load()`` fills them in from the file.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 
-from .errors import ConfigError
-from .macs import node_macs  # noqa: F401  (re-exported: its home is mcu_npu.macs)
+from ..errors import ConfigError
+from ..macs import node_macs  # noqa: F401  (re-exported: its home is mcu_npu.macs)
 
 REPORT_KEY = "mcu_npu.report"
-STAT_KEYS = ("npu_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
+STAT_KEYS = ("npu_cycles", "npu_total_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
+# summary key -> the partition stat it sums, where the two differ: Vela's total cycles
+# (memory-bound layers included) beside its compute-only npu_cycles
+_STAT_SOURCES = {"npu_total_cycles": "total_cycles"}
+LATENCY_KEYS = ("latency_us", "npu_us", "cpu_us")
 HOST_ONLY_LINE = ("HOST ONLY: the NPU payloads are the reference compiler's; the host runs "
                   "this program, a device runtime refuses it")
 IO_MODES = ("float", "int8")  # compile(io=...): program inputs/outputs float, or the NPU's int8
+
+
+REPORT_SLACK = 2048
+"""Spaces after the report stored at serialization (JSON ignores them), room for what is
+known only once the program exists: its accuracy on the host and its memory."""
+
+
+def stored_report(report: "Report", slack: int = REPORT_SLACK) -> bytes:
+    """The report as stored in the ``.pte`` at serialization, padded with ``slack`` spaces."""
+    return _stored_json(report) + b" " * slack
+
+
+def restore_report(buffer: bytes, stored: bytes, report: "Report") -> bytes:
+    """``buffer`` (a ``.pte`` holding ``stored``) with the stored report replaced, in place
+    and at the same length, by ``report``: accuracy and memory, measured on the serialized
+    program, then travel in the file. Nothing the device runtime reads moves. Memory is left
+    out if both do not fit (``load`` measures it again), then the per-layer table."""
+    at = buffer.find(stored)
+    if at < 0 or buffer.find(stored, at + 1) >= 0:
+        raise ValueError("the stored report is not once in the program")
+    for candidate in (report, replace(report, memory={}), replace(report, memory={}, layers=[])):
+        text = _stored_json(candidate)
+        if len(text) <= len(stored):
+            text += b" " * (len(stored) - len(text))
+            return buffer[:at] + text + buffer[at + len(stored):]
+    return buffer
+
+
+def _stored_json(report: "Report") -> bytes:
+    """Compact JSON without what ``load`` reads from the program itself (the kernels)."""
+    return replace(report, kernels=[], kernel_problems=[]).to_json(indent=None).encode()
 
 
 def check_io(io) -> str:
@@ -69,9 +104,15 @@ class OpPlacement:
     kernel: Kernel  # a Kernel's value is accepted too (a report read back from JSON)
     reason: str = ""
     macs: int = 0
+    inputs: tuple[str, ...] = ()
+    """The compute ops feeding this one (the placement graph's edges)."""
+    ident: str | None = None
+    """The ATen node id (``graph_ids.node_id``) the op came from: it links the op to the
+    float model's and the quantized reference's nodes (per-layer error)."""
 
     def __post_init__(self):
         object.__setattr__(self, "kernel", Kernel(self.kernel))  # ValueError when unknown
+        object.__setattr__(self, "inputs", tuple(self.inputs))
 
 
 @dataclass(frozen=True)
@@ -96,6 +137,15 @@ class Report:
     versions: dict = field(default_factory=dict)
     kernels: list[dict] = field(default_factory=list)  # [{"op", "library", "available"}]
     kernel_problems: list[str] = field(default_factory=list)
+    memory: dict = field(default_factory=dict)
+    """Flash and RAM the program needs against the target's memory regions
+    (``report.memory.memory_report``); read from the serialized program like ``kernels``."""
+    layers: list[dict] = field(default_factory=list)
+    """Per-layer error (``report.layers.layer_errors``): one row per compute op, the op where
+    accuracy is lost first; empty unless accuracy samples were given."""
+    latency: dict = field(default_factory=dict)
+    """Whole-model latency estimate (``report.latency.estimate_latency``): ``latency_us``, ``npu_us``,
+    ``cpu_us`` and one row per executed step."""
 
     @property
     def summary(self) -> dict:
@@ -114,9 +164,12 @@ class Report:
             "npu_macs": sum(o.macs for o in on_npu),
         }
         for key in STAT_KEYS[:-1]:
-            values = [p.stats[key] for p in self.partitions if key in p.stats]
+            stat = _STAT_SOURCES.get(key, key)
+            values = [p.stats[stat] for p in self.partitions if stat in p.stats]
             if values and len(values) == len(self.partitions):
                 s[key] = sum(values)
+        s.update({k: self.latency[k] for k in LATENCY_KEYS if k in self.latency})
+        s.update(self.memory.get("summary", {}))
         s.update(self.accuracy)
         if self.host_only:
             s["host_only"] = True
@@ -133,6 +186,7 @@ class Report:
             "accuracy": self.accuracy, "notes": self.notes, "io": self.io,
             "host_only": self.host_only, "versions": self.versions, "kernels": self.kernels,
             "kernel_problems": self.kernel_problems,
+            "memory": self.memory, "latency": self.latency, "layers": self.layers,
             "summary": self.summary,
         }
 
@@ -149,7 +203,15 @@ class Report:
             accuracy=d.get("accuracy", {}), notes=d.get("notes", []), io=d.get("io") or {},
             host_only=bool(d.get("host_only", False)), versions=d.get("versions") or {},
             kernels=d.get("kernels") or [], kernel_problems=d.get("kernel_problems") or [],
+            memory=d.get("memory") or {}, latency=d.get("latency") or {},
+            layers=d.get("layers") or [],
         )
+
+    def to_html(self) -> str:
+        """The report as one self-contained HTML page (``report.html``)."""
+        from .html import render_html
+
+        return render_html(self)
 
     # text ------------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -166,6 +228,7 @@ class Report:
         for key in STAT_KEYS[:-1]:
             if key in s:
                 lines.append(f"{key} {s[key]:,}")
+        lines += self._latency_lines()
         for key, value in self.accuracy.items():
             lines.append(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}")
         rows = [("node", "op", "runs on", "why not on the NPU")]
@@ -177,9 +240,30 @@ class Report:
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {p}" for p in self.kernel_problems]
         lines += self._io_lines()
+        if self.layers:
+            from .layers import layer_lines
+
+            lines += ["", "per-layer error (largest loss first; dB against the float model)"]
+            lines += ["  " + line for line in layer_lines(self.layers)]
+        from .memory import memory_lines
+
+        lines += memory_lines(self.memory)
         lines += self._kernel_lines()
         lines += self.version_lines()
         return "\n".join(line.rstrip() for line in lines)
+
+    def _latency_lines(self) -> list[str]:
+        """Total latency, its NPU and CPU parts, and the five slowest steps."""
+        lat = self.latency
+        if "latency_us" not in lat:
+            return []
+        bound = "; NPU part a lower bound" if lat.get("npu_is_bound") else ""
+        lines = [f"latency {lat['latency_us']:,.1f} us = NPU {lat['npu_us']:,.1f} + "
+                 f"CPU {lat['cpu_us']:,.1f} us (estimate{bound})"]
+        for r in sorted(lat.get("rows", []), key=lambda r: -r["us"])[:5]:
+            lines.append(f"  {r['us']:>10,.1f} us  {r['runs_on']:<9} {r['kind']:<15} "
+                         f"{r['node']}  [{r['basis']}]")
+        return lines
 
     def _kernel_lines(self) -> list[str]:
         """The kernels the firmware must link, by library."""

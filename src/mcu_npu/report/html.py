@@ -1,0 +1,593 @@
+"""The report as one self-contained HTML page: inline CSS and SVG only, nothing fetched, so
+it opens anywhere (an attachment, a CI artifact, an air-gapped machine).
+
+The page shows the headline figures, the placement graph (``placement_svg``), the latency
+breakdown, memory against each region's capacity, and the tables: ops with the reason each
+is not on the NPU, partitions with their compiler's figures, program I/O, notes, kernels and
+versions. Every text is escaped; the output depends only on the report.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+from . import placement_svg as graph
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+ margin:0;color:#1f2937;background:#f6f7f9}
+main{max-width:1320px;margin:0 auto;padding:18px 24px 48px}
+h1{font-size:22px;margin:4px 0 2px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid
+ #d8dce3;padding-bottom:4px}h3{font-size:14px;margin:16px 0 6px}
+.sub{color:#4b5563;margin-bottom:10px}.muted{color:#6b7280}
+.warn{background:#fde8e8;border:1px solid #e11d48;color:#9f1239;padding:8px 12px;border-radius:6px;
+ font-weight:600;margin:10px 0}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}
+.card{background:#fff;border:1px solid #d8dce3;border-radius:8px;padding:8px 14px;min-width:150px}
+.card .k{font-size:12px;color:#6b7280}.card .v{font-size:20px;font-weight:650}
+.card .d{font-size:12px;color:#4b5563}
+.scroll{overflow:auto;max-height:900px;background:#fff;border:1px solid #d8dce3;border-radius:8px}
+.legend{display:flex;flex-wrap:wrap;gap:16px;margin:6px 0;font-size:13px;align-items:center}
+.chip{display:inline-block;width:12px;height:12px;border-radius:3px;vertical-align:-1px;
+ margin-right:5px}
+table{border-collapse:collapse;background:#fff;font-size:13px;width:100%}
+th,td{border:1px solid #e1e4ea;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#eef0f4;position:sticky;top:0}table.kv{width:auto;min-width:420px}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+tr.npu td:first-child{border-left:5px solid #2a9d5c}
+tr.cortex-m td:first-child{border-left:5px solid #2f6bd1}
+tr.portable td:first-child{border-left:5px solid #e07a1f}
+tr:target{background:#fff7d6}
+tr.lossy td{background:#fde8e8}
+.bar{position:relative;height:22px;background:#eef0f4;border-radius:4px;overflow:hidden}
+.bar span{position:absolute;top:0;bottom:0}
+.over{color:#b91c1c;font-weight:650}.ok{color:#15803d;font-weight:650}
+code{font-size:12px}.stat{display:inline-block;margin-right:14px;white-space:nowrap}
+svg text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif}
+"""
+
+OTHER_COLOUR = "#6b7280"
+
+
+def render_html(report) -> str:
+    """The whole page for ``report`` (a ``Report``)."""
+    s = report.summary
+    body = [_header(report, s), _graph_section(report), _latency_section(report.latency),
+            _memory_section(report.memory), _layers_section(getattr(report, "layers", [])),
+            _ops_section(report), _partitions_section(report),
+            _io_section(report.io), _notes_section(report), _kernels_section(report.kernels),
+            _versions_section(report.versions)]
+    title = f"mcu-npu report: {report.target}"
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+            f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
+            + "\n".join(part for part in body if part) + "\n</main>\n</body>\n</html>\n")
+
+
+# formatting ----------------------------------------------------------------------------
+def _num(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(map(_num, value))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return str(value)
+
+
+def _bytes(n) -> str:
+    if not isinstance(n, (int, float)):
+        return escape(str(n))
+    n = int(n)
+    if abs(n) < 1024:
+        return f"{n:,} B"
+    unit = "KiB" if abs(n) < 1024 ** 2 else "MiB"
+    scale = 1024 if unit == "KiB" else 1024 ** 2
+    return f"{n:,} B ({n / scale:,.1f} {unit})"
+
+
+def _us(value) -> str:
+    return f"{value:,.1f} \u00b5s" if isinstance(value, (int, float)) else escape(str(value))
+
+
+def _card(key: str, value: str, detail: str = "") -> str:
+    d = f'<div class="d">{escape(detail)}</div>' if detail else ""
+    return (f'<div class="card"><div class="k">{escape(key)}</div>'
+            f'<div class="v">{escape(value)}</div>{d}</div>')
+
+
+def _table(header, rows, *, numeric=(), row_attrs=None, cls="") -> str:
+    """An HTML table; cells are escaped text unless given as ``("html", markup)``."""
+    head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
+    table = f'<table class="{cls}">' if cls else "<table>"
+    out = [f"{table}<thead><tr>{head}</tr></thead><tbody>"]
+    for r, row in enumerate(rows):
+        attrs = row_attrs[r] if row_attrs else ""
+        cells = []
+        for c, cell in enumerate(row):
+            text = cell[1] if isinstance(cell, tuple) and cell[:1] == ("html",) else \
+                escape(str(cell))
+            cls = ' class="n"' if c in numeric else ""
+            cells.append(f"<td{cls}>{text}</td>")
+        out.append(f"<tr{attrs}>{''.join(cells)}</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _scalars(d: dict, skip=()) -> list[tuple[str, object]]:
+    return [(k, v) for k, v in d.items()
+            if k not in skip and isinstance(v, (int, float, str, bool))]
+
+
+def _figure(key, value) -> str:
+    """A named figure, with its unit when the name gives it."""
+    key = str(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if key.endswith("bytes") or key.endswith("_total") or key in _BYTE_KEYS:
+            return _bytes(value)
+        if key.endswith("_hz"):
+            return f"{value / 1e6:g} MHz"
+        if key.endswith("_us"):
+            return _us(value)
+    return _num(value)
+
+
+_BYTE_KEYS = {"program", "constants", "npu_payloads", "npu_weights", "npu_commands",
+              "host_graphs", "report", "inputs", "outputs", "npu_scratch", "method_allocator",
+              "peak", "fast_scratch", "planned"}
+"""Keys of ``memory["flash"]`` and ``memory["ram"]`` that are byte counts."""
+
+
+def _kv_table(pairs) -> str:
+    return _table(("figure", "value"), [(k, _figure(k, v)) for k, v in pairs], cls="kv")
+
+
+def _runs_on_class(text) -> str:
+    """The kernel class a latency row's ``runs_on`` names (for its colour)."""
+    t = str(text).lower()
+    if "npu" in t or "neutron" in t or "ethos" in t:
+        return "npu"
+    if "portable" in t or "float" in t:
+        return "portable"
+    if "cortex" in t or "cpu" in t or "cmsis" in t:
+        return "cortex-m"
+    return "other"
+
+
+def _colour(cls: str) -> str:
+    return graph.KERNEL_COLOURS.get(cls, OTHER_COLOUR)
+
+
+# sections ------------------------------------------------------------------------------
+def _header(report, s: dict) -> str:
+    out = ["<header>", "<h1>mcu-npu compile report</h1>",
+           f'<div class="sub">target <b>{escape(str(report.target))}</b> \u00b7 NPU compiler '
+           f'<b>{escape(str(report.npu_compiler))}</b></div>']
+    if report.host_only:
+        from . import HOST_ONLY_LINE
+
+        out.append(f'<div class="warn">{escape(HOST_ONLY_LINE)}</div>')
+    cards = [_card("ops on the NPU", f"{s['ops_on_npu']}/{s['ops_total']}",
+                   f"{100 * s['npu_ops_fraction']:.1f}% of compute ops; {s['ops_on_cpu']} on "
+                   f"the CPU ({s['ops_on_cortex_m']} Cortex-M int8)"),
+             _card("NPU partitions", str(s["partitions"]))]
+    if s["macs"]:
+        cards.append(_card("MACs", f"{s['macs']:,}", f"{s['npu_macs']:,} on the NPU"))
+    acc = report.accuracy or {}
+    if isinstance(acc.get("sqnr_db"), (int, float)):
+        ref = acc.get("reference_sqnr_db")
+        cards.append(_card("SQNR", f"{acc['sqnr_db']:.2f} dB",
+                           f"quantized reference {ref:.2f} dB"
+                           if isinstance(ref, (int, float)) else "program vs float model"))
+    lat = report.latency or {}
+    if isinstance(lat.get("latency_us"), (int, float)):
+        parts = [f"{k[:-3].upper()} {lat[k]:,.1f} \u00b5s" for k in ("npu_us", "cpu_us")
+                 if isinstance(lat.get(k), (int, float))]
+        label = "latency (NPU part a lower bound)" if lat.get("npu_is_bound") else \
+            "latency (estimate)"
+        cards.append(_card(label, _us(lat["latency_us"]), ", ".join(parts)))
+    if "npu_total_cycles" in s:
+        cards.append(_card("NPU cycles (total)", f"{s['npu_total_cycles']:,}",
+                           f"compute only {s['npu_cycles']:,}" if "npu_cycles" in s else ""))
+    for region in _regions(report.memory or {}):
+        if region["capacity"] and region["used"]:
+            fits = "fits" if region["fits"] else "DOES NOT FIT"
+            cards.append(_card(f"{region['name']} needs", _bytes(region["used"]).split(" (")[0],
+                               f"of {_bytes(region['capacity']).split(' (')[0]}: {fits}"))
+    out.append(f'<div class="cards">{"".join(cards)}</div>')
+    others = [(k, v) for k, v in _scalars(acc) if k not in ("sqnr_db", "reference_sqnr_db")]
+    if others:
+        out.append("<h3>accuracy</h3>" + _kv_table(others))
+    out.append("</header>")
+    return "\n".join(out)
+
+
+def _legend(items) -> str:
+    return '<div class="legend">' + "".join(
+        f'<span><span class="chip" style="background:{c}"></span>{escape(t)}</span>'
+        for c, t in items) + "</div>"
+
+
+def _graph_section(report) -> str:
+    rows = (report.latency or {}).get("rows") or []
+    items = [(graph.KERNEL_COLOURS[k], graph.KERNEL_LABELS[k]) for k in graph.KERNEL_COLOURS]
+    items += [(graph.TRANSFER_COLOUR, "data crossing an NPU partition boundary"),
+              (graph.TRANSPOSE_COLOUR, "T: boundary transpose")]
+    return ("<section id=\"graph\"><h2>Placement graph</h2>"
+            "<p class=\"muted\">Compute ops in execution layers (left to right, wrapping "
+            "downwards); dashed outlines are NPU partitions. Click an op for its row in the "
+            "table; hover for details.</p>" + _legend(items)
+            + f'<div class="scroll">{graph.render(report.ops, rows)}</div></section>')
+
+
+def _hbars(items, *, unit_fmt=_us, label_w=270, width=1000, bar_h=16) -> str:
+    """Horizontal bars: items are (label, value, colour, tooltip)."""
+    if not items:
+        return ""
+    top = max((v for _, v, _, _ in items), default=0) or 1
+    span = width - label_w - 110
+    h = len(items) * (bar_h + 4) + 6
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
+           f'viewBox="0 0 {width} {h}" class="bars">']
+    for n, (label, value, colour, tip) in enumerate(items):
+        y = 3 + n * (bar_h + 4)
+        w = max(span * value / top, 1 if value else 0)
+        out.append(f'<g><text x="{label_w - 6}" y="{y + bar_h - 4}" font-size="12" '
+                   f'text-anchor="end">{escape(graph.clip(label, 38))}</text>'
+                   f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
+                   f'fill="{colour}"/><text x="{label_w + w + 6:.1f}" y="{y + bar_h - 4}" '
+                   f'font-size="12">{escape(unit_fmt(value))}</text>'
+                   f'<title>{escape(tip)}</title></g>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _latency_section(lat: dict) -> str:
+    head = "<section id=\"latency\"><h2>Latency breakdown</h2>"
+    if not lat or not isinstance(lat.get("latency_us"), (int, float)):
+        return head + "<p class=\"muted\">No latency estimate in this report.</p></section>"
+    rows = [r for r in lat.get("rows") or [] if isinstance(r, dict)]
+    out = [head, f"<p>Estimated whole-model latency <b>{_us(lat['latency_us'])}</b>"
+           + "".join(f", {k[:-3].upper()} {_us(lat[k])}" for k in ("npu_us", "cpu_us")
+                     if isinstance(lat.get(k), (int, float))) + ".</p>"]
+    if lat.get("npu_is_bound"):
+        out.append('<p class="warn">The NPU figures are lower bounds (from MACs and bytes '
+                   "moved), not estimates: the NPU compiler gives no cycle count.</p>")
+    extra = _scalars(lat, skip=("latency_us", "npu_us", "cpu_us"))
+    if extra:
+        out.append(_kv_table(extra))
+    if lat.get("not_estimated"):
+        out.append(f"<p>Not estimated: {escape(_num(list(lat['not_estimated'])))}</p>")
+    total = sum(r.get("us") or 0 for r in rows)
+    if rows and total > 0:  # timeline: the steps in execution order, as shares of the total
+        spans, x = [], 0.0
+        for r in rows:
+            share = 100 * (r.get("us") or 0) / total
+            tip = f"{r.get('node', '')} ({r.get('kind', '')}, {r.get('runs_on', '')}): " \
+                  f"{_us(r.get('us') or 0)}"
+            spans.append(f'<span style="left:{x:.3f}%;width:{share:.3f}%;background:'
+                         f'{_colour(_runs_on_class(r.get("runs_on")))}" title="{escape(tip)}">'
+                         "</span>")
+            x += share
+        out.append("<h3>steps in execution order (share of the total)</h3>"
+                   f'<div class="bar" style="height:28px">{"".join(spans)}</div>')
+        out.append(_legend([(_colour(c), t) for c, t in (("npu", "NPU"), ("cortex-m", "Cortex-M"),
+                                                          ("portable", "portable"),
+                                                          ("other", "other CPU work"))]))
+    if rows:
+        kinds: dict[str, list] = {}
+        for r in rows:
+            k = kinds.setdefault(str(r.get("kind", "?")), [0.0, 0, {}])
+            k[0] += r.get("us") or 0
+            k[1] += 1
+            cls = _runs_on_class(r.get("runs_on"))
+            k[2][cls] = k[2].get(cls, 0) + (r.get("us") or 0)
+        items = [(f"{name} (\u00d7{n})", us, graph.TRANSPOSE_COLOUR if name == "transpose"
+                  else _colour(max(sorted(by), key=by.get)),
+                  f"{name}: {n} step(s), {us:,.1f} \u00b5s")
+                 for name, (us, n, by) in sorted(kinds.items(), key=lambda kv: (-kv[1][0], kv[0]))]
+        out.append("<h3>by kind</h3>" + _hbars(items))
+        steps = [(f"{r.get('node', '')}", r.get("us") or 0,
+                  _colour(_runs_on_class(r.get("runs_on"))),
+                  f"{r.get('node', '')}: {r.get('op', '')}, {r.get('kind', '')} on "
+                  f"{r.get('runs_on', '')}, {_num(r.get('cycles'))} cycles"
+                  + (f"; {r['basis']}" if r.get("basis") else "")) for r in rows]
+        out.append(f"<h3>by step ({len(rows)} steps, in execution order)</h3>"
+                   f'<div class="scroll" style="max-height:520px">{_hbars(steps)}</div>')
+        table = [(r.get("node", ""), r.get("op", ""), r.get("runs_on", ""), r.get("kind", ""),
+                  _work(r), _num(r["cycles"]) if isinstance(r.get("cycles"), (int, float))
+                  else "", f"{r['us']:,.2f}" if isinstance(r.get("us"), (int, float)) else "",
+                  r.get("basis", "")) for r in rows]
+        out.append("<details><summary>latency rows (each step's work and basis)</summary>"
+                   + _table(("step", "op", "runs on", "kind", "work", "cycles", "\u00b5s",
+                             "basis"), table, numeric=(4, 5, 6)) + "</details>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _work(row: dict) -> str:
+    amount = row.get("work")
+    if not isinstance(amount, (int, float)):
+        return ""
+    return f"{_num(amount)} {row.get('unit', '')}".strip()
+
+
+# memory ---------------------------------------------------------------------------------
+_CAPACITY = ("capacity", "capacity_bytes", "size", "size_bytes", "bytes")
+_USED = ("used", "used_bytes", "need", "need_bytes", "needed", "required", "peak")
+_PARTS = ("parts", "items", "contents", "breakdown", "uses")
+
+
+def _first(d: dict, keys):
+    return next((d[k] for k in keys if isinstance(d.get(k), (int, float))
+                 and not isinstance(d.get(k), bool)), None)
+
+
+_ROLE_PARTS = {
+    "program": ("flash", ("constants", "npu_payloads", "host_graphs", "report")),
+    "ram": ("ram", ("planned_total", "method_allocator", "npu_scratch")),
+    "fast_scratch": ("ram", ("fast_scratch",)),
+}
+"""What a region holding each role (``targets.MemoryRegion.holds``) is made of: the keys of
+``memory["flash"]`` / ``memory["ram"]`` drawn as its bar's segments."""
+
+
+def _role_parts(memory: dict, holds, need) -> list[tuple[str, float]]:
+    """The segments of a region's need from the figures of the roles it holds, with the
+    remainder as "other"; none when they do not add up to at most the need."""
+    parts = []
+    for role in holds or ():
+        section, keys = _ROLE_PARTS.get(role, (None, ()))
+        figures = memory.get(section) if isinstance(memory.get(section), dict) else {}
+        parts += [(k, figures[k]) for k in keys if isinstance(figures.get(k), (int, float))
+                  and figures[k] > 0]
+    if not parts or not isinstance(need, (int, float)):
+        return []
+    rest = need - sum(b for _, b in parts)
+    if rest < 0:
+        return []
+    return parts + ([("other", rest)] if rest > 0 else [])
+
+
+def _regions(memory: dict) -> list[dict]:
+    """``memory["regions"]`` normalised: name, capacity, used, fits, margin, parts
+    [(name, bytes)], about (kind, NPU access, roles held); a list of dicts or a dict by
+    name is accepted."""
+    raw = memory.get("regions") if isinstance(memory, dict) else None
+    if isinstance(raw, dict):
+        raw = [dict(v, name=v.get("name", k)) for k, v in raw.items() if isinstance(v, dict)]
+    out = []
+    for r in raw or []:
+        if not isinstance(r, dict):
+            continue
+        cap, used = _first(r, _CAPACITY), _first(r, _USED)
+        fits = r.get("fits")
+        if not isinstance(fits, bool):
+            fits = None if cap is None or used is None else used <= cap
+        margin = r.get("margin")
+        if not isinstance(margin, (int, float)):
+            margin = None if cap is None or used is None else cap - used
+        parts = next((r[k] for k in _PARTS if r.get(k)), [])
+        if isinstance(parts, dict):
+            parts = list(parts.items())
+        parts = [(p.get("name", p.get("what", "?")), _first(p, ("bytes", "size", "used", "need")))
+                 if isinstance(p, dict) else tuple(p) for p in parts]
+        parts = [(str(n), b) for n, b in parts if isinstance(b, (int, float)) and b > 0]
+        if not parts:
+            parts = _role_parts(memory, r.get("holds"), used)
+        about = [str(r["kind"])] if r.get("kind") else []
+        if isinstance(r.get("npu"), bool):
+            about.append("the NPU reads it" if r["npu"] else "the NPU cannot read it")
+        if r.get("holds"):
+            about.append("holds " + ", ".join(map(str, r["holds"])))
+        out.append(dict(name=str(r.get("name", r.get("region", "?"))), capacity=cap, used=used,
+                        fits=fits, margin=margin, parts=parts, about="; ".join(about)))
+    return out
+
+
+_PART_COLOURS = ("#2f6bd1", "#2a9d5c", "#e07a1f", "#8e44ad", "#0e7490", "#b45309", "#be123c",
+                 "#4d7c0f")
+
+
+def _region_bar(region: dict) -> str:
+    cap, used = region["capacity"], region["used"] or 0
+    scale = max(cap or 0, used) or 1
+    spans, x = [], 0.0
+    parts = region["parts"] or [("used", used)]
+    for n, (name, b) in enumerate(parts):
+        w = 100 * b / scale
+        colour = _PART_COLOURS[n % len(_PART_COLOURS)] if region["parts"] else \
+            ("#2a9d5c" if region["fits"] is not False else "#d62839")
+        spans.append(f'<span style="left:{x:.3f}%;width:{w:.3f}%;background:{colour}" '
+                     f'title="{escape(name)}: {escape(_bytes(b))}"></span>')
+        x += w
+    if cap and used > cap:
+        spans.append(f'<span style="left:{100 * cap / scale:.3f}%;width:2px;background:#111" '
+                     'title="capacity"></span>')
+    return f'<div class="bar">{"".join(spans)}</div>'
+
+
+def _memory_section(memory: dict) -> str:
+    head = "<section id=\"memory\"><h2>Memory</h2>"
+    if not memory:
+        return head + "<p class=\"muted\">No memory figures in this report.</p></section>"
+    out = [head]
+    regions = _regions(memory)
+    if regions:
+        rows = []
+        for r in regions:
+            if r["fits"] is None:
+                verdict = ("html", '<span class="muted">no capacity</span>')
+            elif r["fits"]:
+                verdict = ("html", f'<span class="ok">fits</span>, margin {_bytes(r["margin"])}')
+            else:
+                short = -r["margin"] if isinstance(r["margin"], (int, float)) else "?"
+                verdict = ("html", f'<span class="over">does not fit</span>: over by '
+                                   f'{_bytes(short)}')
+            pct = f" ({100 * r['used'] / r['capacity']:.1f}%)" if r["capacity"] and \
+                r["used"] is not None else ""
+            legend = ", ".join(f"{n} {_bytes(b)}" for n, b in r["parts"])
+            name = ("html", f"<b>{escape(r['name'])}</b>" + (
+                f'<div class="muted" style="font-size:12px">{escape(r["about"])}</div>'
+                if r["about"] else ""))
+            rows.append((name, ("html", _region_bar(r) + (
+                f'<div class="muted" style="font-size:12px">{escape(legend)}</div>'
+                if legend else "")),
+                "-" if r["used"] is None else _bytes(r["used"]) + pct,
+                "-" if r["capacity"] is None else _bytes(r["capacity"]), verdict))
+        out.append(_table(("region", "need against capacity", "need", "capacity", "fit"),
+                          rows))
+    if memory.get("program_in"):
+        out.append(f"<p>The program lies in <b>{escape(str(memory['program_in']))}</b>.</p>")
+    notes = memory.get("notes")
+    if isinstance(notes, list) and notes:
+        out.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
+    summary = memory.get("summary")
+    if isinstance(summary, dict) and _scalars(summary):
+        out.append("<h3>summary</h3>" + _kv_table(_scalars(summary)))
+    for key, value in memory.items():  # anything else, shown as it is
+        if key in ("regions", "summary", "notes", "program_in", "target"):
+            continue
+        out.append(f"<h3>{escape(str(key))}</h3>" + _generic(value))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _generic(value) -> str:
+    """A nested value as a table (dict of scalars, list of dicts) or as text."""
+    if isinstance(value, dict) and value and all(
+            not isinstance(v, (dict, list)) or (isinstance(v, list) and all(
+                not isinstance(e, (dict, list)) for e in v)) for v in value.values()):
+        return _kv_table(list(value.items()))
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        keys = list(dict.fromkeys(k for v in value for k in v))
+        return _table(keys, [[_num(v.get(k, "")) if not isinstance(v.get(k), (dict, list))
+                              else json.dumps(v.get(k), sort_keys=True) for k in keys]
+                             for v in value])
+    return f"<pre>{escape(json.dumps(value, indent=1, sort_keys=True, default=str))}</pre>"
+
+
+# tables ---------------------------------------------------------------------------------
+def _ops_section(report) -> str:
+    us = {}
+    for r in (report.latency or {}).get("rows") or []:
+        if isinstance(r, dict) and isinstance(r.get("us"), (int, float)):
+            us[r.get("node")] = us.get(r.get("node"), 0) + r["us"]
+    rows, attrs = [], []
+    for i, o in enumerate(report.ops):
+        kernel = graph.kernel_of(o)
+        rows.append((i, o.node, o.op, o.placement, kernel, _num(o.macs) if o.macs else "",
+                     f"{us[o.node]:,.2f}" if o.node in us else "", ", ".join(o.inputs),
+                     o.reason))
+        attrs.append(f' id="op-{i}" class="{escape(kernel)}"')
+    return ("<section id=\"ops\"><h2>Compute ops</h2>"
+            + _table(("#", "node", "op", "runs on", "kernel", "MACs", "est. \u00b5s", "inputs",
+                      "why not on the NPU"), rows, numeric=(0, 5, 6), row_attrs=attrs)
+            + "</section>")
+
+
+def _layers_section(layers) -> str:
+    """The per-layer error table; a row losing more than 3 dB, or more than 1 dB behind the
+    quantized reference, is marked."""
+    if not layers:
+        return ""
+
+    def db(value):
+        return "" if value is None else _num(value) if not isinstance(value, float) \
+            else ("inf" if value == float("inf") else f"{value:.2f}")
+
+    rows, attrs = [], []
+    for r in layers:
+        loss, gap = r.get("loss_db"), r.get("gap_db")
+        bad = (isinstance(loss, (int, float)) and loss > 3) or \
+            (isinstance(gap, (int, float)) and gap > 1)
+        rows.append((r.get("node", ""), r.get("op", ""), r.get("runs_on", ""),
+                     r.get("source", ""), db(r.get("sqnr_db")), db(r.get("reference_sqnr_db")),
+                     db(gap), db(r.get("max_error_steps")), db(loss)))
+        attrs.append(' class="lossy"' if bad else "")
+    return ("<section id=\"layers\"><h2>Per-layer error</h2><p>SQNR against the float "
+            "model of each op's host-run value and of the quantized reference's; the op where "
+            "accuracy is lost comes first (marked: more than 3 dB lost, or more than 1 dB "
+            "behind the reference).</p>"
+            + _table(("node", "op", "runs on", "host value from", "SQNR dB", "reference dB",
+                      "gap dB", "max error (steps)", "loss dB"), rows,
+                     numeric=(4, 5, 6, 7, 8), row_attrs=attrs)
+            + "</section>")
+
+
+def _partitions_section(report) -> str:
+    if not report.partitions:
+        return ""
+    us = {}
+    for r in (report.latency or {}).get("rows") or []:
+        where = graph.row_partition(r) if isinstance(r, dict) else None
+        if where and not where[1] and isinstance(r.get("us"), (int, float)):
+            us[where[0]] = us.get(where[0], 0) + r["us"]
+    rows = []
+    for p in report.partitions:
+        counts: dict[str, int] = {}
+        for t in p.tflite_ops:
+            counts[t] = counts.get(t, 0) + 1
+        tfl = ", ".join(f"{t}\u00d7{n}" if n > 1 else t for t, n in counts.items())
+        stats = " ".join(f'<span class="stat">{escape(str(k))} <b>{escape(_num(v))}</b></span>'
+                            for k, v in p.stats.items() if not isinstance(v, (dict, list)))
+        rows.append((p.index, p.compiler, len(p.ops), f"{us[p.index]:,.2f}" if p.index in us
+                     else "", counts.get("TRANSPOSE", 0), tfl, ("html", stats)))
+    return ("<section id=\"partitions\"><h2>NPU partitions</h2>"
+            + _table(("partition", "compiler", "ops", "est. \u00b5s", "transposes inside",
+                      "TFLite ops", "compiler figures"), rows, numeric=(0, 2, 3, 4))
+            + "</section>")
+
+
+def _io_section(io: dict) -> str:
+    if not io:
+        return ""
+    rows = []
+    for kind in ("inputs", "outputs"):
+        for i, t in enumerate(io.get(kind, [])):
+            rows.append((f"{kind[:-1]} {i}", t.get("name", ""), str(tuple(t.get("shape", ()))),
+                         t.get("dtype", ""), "-" if t.get("scale") is None else
+                         f"{t['scale']:.9g}", "-" if t.get("zero_point") is None else
+                         str(t["zero_point"]),
+                         f"[{t.get('quant_min', '')}, {t.get('quant_max', '')}]"))
+    return (f"<section id=\"io\"><h2>Program I/O ({escape(str(io.get('mode', 'int8')))})</h2>"
+            "<p class=\"muted\">real = scale \u00d7 (q \u2212 zero_point); "
+            "q = clamp(round(real / scale) + zero_point)</p>"
+            + _table(("", "name", "shape", "dtype", "scale", "zero point", "range"), rows)
+            + "</section>")
+
+
+def _notes_section(report) -> str:
+    items = [f"<li>{escape(n)}</li>" for n in report.notes]
+    items += [f'<li class="over">{escape(p)}</li>' for p in report.kernel_problems]
+    if not items:
+        return ""
+    return f"<section id=\"notes\"><h2>Notes</h2><ul>{''.join(items)}</ul></section>"
+
+
+def _kernels_section(kernels) -> str:
+    if not kernels:
+        return ""
+    rows = [(k.get("op", ""), k.get("library", ""),
+             "yes" if k.get("available", True) else ("html", '<span class="over">NOT PROVIDED'
+                                                             "</span>")) for k in kernels]
+    return ("<section id=\"kernels\"><h2>Kernels the firmware must link</h2>"
+            + _table(("op", "library", "provided on this target"), rows) + "</section>")
+
+
+def _versions_section(versions) -> str:
+    if not versions:
+        return ""
+    rows = []
+    for key, value in versions.items():
+        if isinstance(value, dict):
+            rows += [(f"{key}: {k}", v) for k, v in value.items()]
+        else:
+            rows.append((key, ", ".join(map(str, value)) if isinstance(value, list) else value))
+    return ("<section id=\"versions\"><h2>Versions</h2>"
+            + _table(("what", "version"), rows) + "</section>")

@@ -1,0 +1,231 @@
+"""Whole-model latency estimate: NPU (Vela's cycles; a Neutron bound), Cortex-M kernels,
+transposes and quantize/dequantize, per step and in total.
+
+The estimate walks the lowered Edge program in execution order and gives one row per step
+that does work:
+
+- an NPU delegate call. With Vela's statistics (Ethos-U) the row is Vela's *total* cycles at
+  the clock Vela planned for (``stats["total_cycles"] / stats["clock_hz"]``): an estimate,
+  which Vela itself says is approximate. Without them (Neutron, the reference compiler) it is
+  a lower **bound**: the larger of the MACs at the NPU's MACs per cycle and the bytes the
+  partition must move at least once (weights, inputs, outputs) at ``NPU_BANDWIDTH``.
+- the CPU work the device runtime does around a delegate call: the Ethos-U runtime copies
+  every input into the NPU's scratch and every output back (memcpy), the Neutron runtime
+  transposes each input and output whose format flag says so (NCHW <-> NHWC on the CPU).
+- every CPU op: its kernel class and work from ``cpu_cycles.op_work``, cycles from the
+  core's coefficients (``cpu_cycles.CORES``) at the CPU clock.
+
+Views, ``getitem`` and memory allocation do no work and get no row. The rows' ``us`` sum to
+``latency_us`` (before rounding); ``npu_us`` sums the NPU rows, ``cpu_us`` the rest.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..targets import NpuKind
+from .cpu_cycles import CoreModel, Work, core_model, op_work, work_cycles
+
+NPU_BANDWIDTH = {
+    NpuKind.NEUTRON: (8, "assumed: 8 bytes per NPU cycle (one 64-bit bus to SRAM); NXP "
+                         "publishes no Neutron N3-64 bandwidth"),
+    NpuKind.ETHOS_U: (16, "assumed: Ethos-U's two 64-bit AXI ports, 16 bytes per cycle"),
+}
+"""Bytes per NPU cycle used by the bound when the NPU compiler gives no cycle estimate."""
+_DEFAULT_BANDWIDTH = (8, "assumed: 8 bytes per cycle")
+
+_DECIMALS = 3
+
+
+def estimate_latency(program, target, report) -> dict:
+    """Latency of the lowered Edge ``program`` on ``target`` (``report``: its placement and
+    partition stats): ``latency_us``, ``npu_us``, ``cpu_us``, ``rows`` (one per step that
+    does work, in program order), the clocks, the CPU model and a ``method`` note."""
+    core = core_model(target.cpu.core) if target.cpu is not None else None
+    cpu_hz = target.cpu.clock_hz if target.cpu is not None else None
+    gm = program.graph_module
+    rows: list[dict] = []
+    skipped: list[str] = []
+    partition = 0
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if "executorch_call_delegate" in str(node.target):
+            info = report.partitions[partition] if partition < len(report.partitions) else None
+            rows += _delegate_rows(node, gm, info, partition, target, report, core, cpu_hz)
+            partition += 1
+            continue
+        work = op_work(node)
+        if work is None:
+            continue
+        if core is None:
+            skipped.append(node.name)
+            continue
+        rows.append(_cpu_row(node.name, _op_label(node), work, core, cpu_hz))
+    npu_us = sum((r["us"] for r in rows if r["runs_on"] == "npu"), 0.0)
+    cpu_us = sum((r["us"] for r in rows if r["runs_on"] != "npu"), 0.0)
+    for r in rows:
+        r["us"] = round(r["us"], _DECIMALS)
+        r["cycles"] = int(round(r["cycles"]))
+    result = {
+        "latency_us": round(npu_us + cpu_us, _DECIMALS),
+        "npu_us": round(npu_us, _DECIMALS),
+        "cpu_us": round(cpu_us, _DECIMALS),
+        "npu_clock_hz": target.npu.clock_hz,
+        "cpu_clock_hz": cpu_hz,
+        "cpu_core": core.name if core else None,
+        "npu_is_bound": any(r["runs_on"] == "npu" and r["basis"].startswith("bound")
+                            for r in rows),
+        "method": _method(core, target),
+        "rows": rows,
+    }
+    if skipped:
+        result["not_estimated"] = skipped
+    return result
+
+
+def _method(core: CoreModel | None, target) -> str:
+    cpu = (f"CPU: {core.name} ({core.simd}) cycles per kernel class at "
+           f"{target.cpu.clock_hz / 1e6:g} MHz; MAC coefficients fitted to {core.basis}, "
+           "per-element, per-byte and per-call terms assumed (report.cpu_cycles)"
+           if core else "CPU: none in this target, CPU ops not estimated")
+    bandwidth = NPU_BANDWIDTH.get(target.npu.kind, _DEFAULT_BANDWIDTH)
+    return ("NPU: Vela's total cycles at its clock (an estimate) where Vela compiled the "
+            "partition, else a lower bound max(MACs / MACs per cycle, bytes moved / "
+            f"bandwidth) at {target.npu.clock_hz / 1e6:g} MHz, bandwidth "
+            f"{bandwidth[0]} B/cycle ({bandwidth[1]}). {cpu}. The device runtime's copies "
+            "and transposes of delegate I/O are charged to the CPU.")
+
+
+def _op_label(node) -> str:
+    return getattr(node.target, "__name__", str(node.target)).rsplit(".", 1)[0]
+
+
+def _cpu_row(name: str, op: str, work: Work, core: CoreModel, cpu_hz: int) -> dict:
+    cycles, basis = work_cycles(work, core)
+    return {"node": name, "op": op, "runs_on": work.runs_on, "kind": work.kind,
+            "cycles": cycles, "us": cycles / cpu_hz * 1e6, "basis": basis,
+            "work": work.amount, "unit": work.unit}
+
+
+def _tensor(node):
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    return val if hasattr(val, "shape") else None
+
+
+def _nbytes(t) -> int:
+    return math.prod(int(d) for d in t.shape) * t.element_size() if t is not None else 0
+
+
+def _delegate_io(node) -> tuple[list, list]:
+    """The delegate call's input and output tensors (fake values)."""
+    inputs = [_tensor(a) for a in node.args[1:] if hasattr(a, "meta")]
+    out = node.meta.get("val")
+    outputs = list(out) if isinstance(out, (list, tuple)) else [out]
+    return [t for t in inputs if t is not None], [t for t in outputs if hasattr(t, "shape")]
+
+
+def _delegate_rows(node, gm, info, k: int, target, report, core, cpu_hz) -> list[dict]:
+    lowered = getattr(gm, node.args[0].target)
+    stats = dict(info.stats) if info is not None else {}
+    inputs, outputs = _delegate_io(node)
+    name = f"npu partition {k}"
+    if "total_cycles" in stats and stats.get("clock_hz"):
+        cycles, clock = stats["total_cycles"], stats["clock_hz"]
+        basis = f"Vela total_cycles at {clock / 1e6:g} MHz (estimate)"
+    else:
+        cycles, clock, basis = _npu_bound(lowered, k, target, report, inputs, outputs)
+    rows = [{"node": name, "op": "executorch_call_delegate", "runs_on": "npu", "kind": "npu",
+             "cycles": cycles, "us": cycles / clock * 1e6, "basis": basis,
+             "work": stats.get("macs", _partition_macs(report, k)), "unit": "MACs"}]
+    if core is None:
+        return rows
+    for what, tensors in (("input", inputs), ("output", outputs)):
+        for i, t in enumerate(tensors):
+            moved = _runtime_move(target, lowered, what, i, t)
+            if moved is not None:
+                kind, op = moved
+                rows.append(_cpu_row(f"{name} {what} {i}", op,
+                                     Work(kind, "cortex-m", "bytes", _nbytes(t)), core, cpu_hz))
+    return rows
+
+
+def _runtime_move(target, lowered, what: str, i: int, t):
+    """(kind, label) of the CPU work the device runtime does on one delegate input or
+    output, or None: the Ethos-U runtime memcpys each one, the Neutron runtime transposes
+    the flagged ones (``device_io.neutron_transposes``) unless already channels last."""
+    if target.npu.kind is NpuKind.ETHOS_U:
+        return "copy", "EthosUBackend memcpy"
+    if target.npu.kind is not NpuKind.NEUTRON:
+        return None
+    from ..device_io import is_channels_last, neutron_transposes
+
+    flags = _neutron_flags(bytes(lowered.processed_bytes))
+    if flags is None:
+        return None
+    flag_list = flags[0] if what == "input" else flags[1]
+    if i >= len(flag_list) or not neutron_transposes(t.shape, flag_list[i]):
+        return None
+    if is_channels_last(tuple(t.dim_order())):
+        return None
+    return "transpose", "NeutronBackend NCHW<->NHWC transpose"
+
+
+def _neutron_flags(processed: bytes):
+    """(input flags, output flags) in delegate argument order, from a Neutron or reference
+    payload; None when the payload records none."""
+    from ..payload import is_container, unpack_reference
+
+    if is_container(processed):
+        formats = unpack_reference(processed)[1].get("neutron_formats")
+        return None if formats is None else (list(formats["inputs"]), list(formats["outputs"]))
+    from ..npu import neutron_payload as nxp
+
+    fields = nxp.parse(processed)
+    ins = [0] * fields.num_input_args
+    for flag, arg in zip(fields.input_formats, fields.input_map):
+        ins[arg] = flag
+    outs = [0] * (max(fields.output_map, default=-1) + 1)
+    for flag, arg in zip(fields.output_formats, fields.output_map):
+        outs[arg] = flag
+    return ins, outs
+
+
+def _partition_macs(report, k: int) -> int:
+    place = f"NPU partition {k}"
+    return sum(o.macs for o in report.ops if o.placement == place)
+
+
+def _weight_bytes(lowered) -> int:
+    """Bytes of the partition's constant tensors (int8 weights, int32 biases, as stored)."""
+    from ..payload import is_container, unpack_reference
+
+    processed = bytes(lowered.processed_bytes)
+    if not is_container(processed):  # a Neutron payload: its weights section
+        from ..npu import neutron_payload as nxp
+
+        try:
+            return len(nxp.parse(processed).weights)
+        except Exception:  # noqa: BLE001  (not a Neutron payload: count the graph's constants)
+            pass
+    ep = lowered.original_module
+    total = 0
+    for tensor in (*ep.state_dict.values(), *ep.constants.values()):
+        if hasattr(tensor, "shape") and hasattr(tensor, "element_size"):
+            total += _nbytes(tensor)
+    if total == 0 and is_container(processed):
+        total = len(unpack_reference(processed)[0].buffer)
+    return total
+
+
+def _npu_bound(lowered, k, target, report, inputs, outputs) -> tuple[float, int, str]:
+    npu = target.npu
+    macs = _partition_macs(report, k)
+    per_cycle = NPU_BANDWIDTH.get(npu.kind, _DEFAULT_BANDWIDTH)[0]
+    moved = _weight_bytes(lowered) + sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs))
+    compute = macs / npu.macs_per_cycle
+    memory = moved / per_cycle
+    which = "MACs" if compute >= memory else "bytes"
+    basis = (f"bound ({which}): max({macs:,} MACs / {npu.macs_per_cycle} per cycle, "
+             f"{moved:,} B / {per_cycle} B per cycle)")
+    return max(compute, memory), npu.clock_hz, basis
