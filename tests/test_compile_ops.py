@@ -45,7 +45,9 @@ def test_a_view_of_an_input_that_leaves_the_npu_stays_on_the_cpu(target):
     inputs = (torch.randn(2, 30),)
     prog = mcu_npu.compile(Branches(), inputs, target=target, calibration=calibration_set(inputs))
     placements = {o.op: o.placement for o in prog.report.ops}
+    reasons = {o.op: o.reason for o in prog.report.ops}
     assert not placements["aten.view_copy"].startswith("NPU"), prog.report
+    assert "nothing for the NPU to compute" in reasons["aten.view_copy"]
     assert placements["aten.sigmoid"].startswith("NPU partition"), prog.report
     expected = as_list(prog.reference(*inputs))
     got = prog.run(*inputs)

@@ -78,7 +78,7 @@ def cluster_members(analysis: SupportAnalysis) -> set[Node]:
 _QDQ = set(QUANTIZE) | set(DEQUANTIZE) | set(DEQUANTIZE_PER_CHANNEL)
 
 
-def _is_pass_through(node: Node) -> bool:
+def is_pass_through(node: Node) -> bool:
     """A view or copy: in the NPU's graph an alias of its input, no data computed."""
     return node.op == "call_function" and getattr(node.target, "_op", None) in PASS_THROUGH_OPS
 
@@ -90,7 +90,7 @@ def _without_pass_throughs(members: set[Node]) -> set[Node]:
     Vela drops it from the command stream's outputs, so the partition would return fewer
     tensors than the program expects. The CPU takes it as a view."""
     def source(n: Node) -> Node:  # the value a chain of views and Q/DQ reads
-        while n.op == "call_function" and (n.target in _QDQ or _is_pass_through(n)) \
+        while n.op == "call_function" and (n.target in _QDQ or is_pass_through(n)) \
                 and n.args and isinstance(n.args[0], Node):
             n = n.args[0]
         return n
@@ -101,7 +101,7 @@ def _without_pass_throughs(members: set[Node]) -> set[Node]:
     changed = True
     while changed:
         changed = False
-        for node in [n for n in members if _is_pass_through(n)]:
+        for node in [n for n in members if is_pass_through(n)]:
             if source(node) not in members and escapes(node):
                 drop = {node} | {u for u in node.users if u.target in QUANTIZE}
                 drop |= {a for a in node.all_input_nodes if a.target in _QDQ

@@ -22,7 +22,7 @@ program's plan reads the stamps back (``Placement.from_program``).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from ..graph_ids import node_id
 from ..macs import node_macs
 from ..targets import Target, get_target
-from .partitioner import propose, refine
+from .partitioner import is_pass_through, propose, refine
 from .placement import Placement
 from .support import SupportAnalysis, Verdict
 
@@ -170,14 +170,26 @@ def plan_program(program, target, options: PlanOptions = PlanOptions(),
     analysis = SupportAnalysis(program, target, excluded, rejected, placement)
     groups = propose(program, analysis)
     where = {n: k for k, group in enumerate(groups) for n in group}
-    nodes = tuple(NodePlan(n.name, v.op, node_id(n), v, where.get(n), node_macs(n),
-                           _compute_inputs(n, analysis.verdicts))
+    nodes = tuple(NodePlan(n.name, v.op, node_id(n), _why_left(n, v, where), where.get(n),
+                           node_macs(n), _compute_inputs(n, analysis.verdicts))
                   for n, v in analysis.verdicts.items())
     fp = fingerprint(program)
     return Plan(target, options, fp, fp, Placement.from_analysis(analysis), nodes,
                 tuple(tuple(n.name for n in g if n in analysis.verdicts) for g in groups),
                 tuple(tuple(n.name for n in g) for g in groups),
                 MappingProxyType(dict(rejected)))
+
+
+PASS_THROUGH_REASON = ("a view of data from outside the NPU partition that also leaves it: "
+                       "nothing for the NPU to compute, so it stays a view on the CPU")
+
+
+def _why_left(node, verdict: Verdict, where) -> Verdict:
+    """``verdict``, with the reason a supported view or copy was left out of every partition
+    (``partitioner.is_pass_through``)."""
+    if verdict.supported and node not in where and is_pass_through(node):
+        return replace(verdict, reason=PASS_THROUGH_REASON)
+    return verdict
 
 
 def _compute_inputs(node, compute) -> tuple[str, ...]:
