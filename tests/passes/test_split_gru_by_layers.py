@@ -51,3 +51,22 @@ def test_split_graph_reexports():
     assert sum(n.target == aten.gru.input for n in ep.graph.nodes) == 2
     with torch.no_grad():
         assert_same(ep.module()(*args), module(*args))
+
+
+def test_two_stacked_multi_layer_grus():
+    """Splitting the first GRU rewires the second one's input: each call is read when its
+    turn comes, not before the first is split."""
+    torch.manual_seed(0)
+
+    class Stacked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.GRU(5, 2, num_layers=2, bidirectional=True, batch_first=True)
+            self.b = nn.GRU(4, 2, num_layers=2, bidirectional=True, batch_first=True)
+
+        def forward(self, x):
+            return self.b(self.a(x)[0])[0]
+
+    result = check_pass(SplitGRUByLayers(), Stacked().eval(), (torch.randn(2, 3, 5),))
+    assert result.modified
+    assert count_ops(result.graph_module)[aten.gru.input] == 4

@@ -48,13 +48,14 @@ class SplitGRUByLayers(PassBase):
     """Rewrite every ``aten.gru.input`` with ``num_layers > 1`` into one call per layer."""
 
     def call(self, graph_module: GraphModule) -> PassResult:
-        calls = [
-            RecurrentCall.from_node(n) for n in graph_module.graph.nodes
-            if n.op == "call_function" and n.target == aten.gru.input
-        ]
-        calls = [c for c in calls if c.num_layers > 1]
-        for call in calls:
-            _split(graph_module, call)
-        if calls:
+        nodes = [n for n in graph_module.graph.nodes
+                 if n.op == "call_function" and n.target == aten.gru.input]
+        changed = False
+        for node in nodes:  # read each call when its turn comes: splitting one GRU rewires
+            call = RecurrentCall.from_node(node)  # the next one's input
+            if call.num_layers > 1:
+                _split(graph_module, call)
+                changed = True
+        if changed:
             finish(graph_module)
-        return PassResult(graph_module, bool(calls))
+        return PassResult(graph_module, changed)
