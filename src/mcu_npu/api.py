@@ -247,17 +247,20 @@ def _compile(model, example_inputs, target, calibration, npu_compiler,
         edge._named_data_store.add_named_data(REPORT_KEY, stored)
     buffer = to_executorch(edge)
     with stage("checking the program's delegate tensors"):
-        _check_layouts(buffer)
+        from .runtime.pte import Program
+
+        program = Program(buffer)  # read once, by the three checks below
+        _check_layouts(program)
     with stage("checking the program against the target's kernels"):
         from . import deployability
         from .kernels_list import fill_report
 
-        fill_report(report, buffer, tgt, edge, {n.ident: n.node for n in decided.nodes})
+        fill_report(report, program, tgt, edge, {n.ident: n.node for n in decided.nodes})
         deployability.check(report, tgt, deployable, stacklevel=3)
     with stage("checking the program against the target's memory"):
         from .report.memory import check_fit, memory_report
 
-        report.memory = memory_report(buffer, tgt, report)
+        report.memory = memory_report(program, tgt, report)
         check_fit(report, strict, stacklevel=3)
     prog = CompiledProgram(buffer, report, reference, float_model=float_model)
     with stage("checking the program's accuracy on the host"):
@@ -335,13 +338,13 @@ def lower(edge, plan: Plan, target=None):
     return edge
 
 
-def _check_layouts(buffer: bytes) -> None:
-    """Every delegate tensor in the memory order its partition was converted for: a program
-    that hands the NPU a tensor transposed is never returned."""
+def _check_layouts(program) -> None:
+    """Every delegate tensor of ``program`` (a ``runtime.pte.Program``) in the memory order
+    its partition was converted for: a program that hands the NPU a tensor transposed is
+    never returned."""
     from .check import layout_problems
-    from .runtime.pte import load as load_program
 
-    problems = layout_problems(load_program(buffer))
+    problems = layout_problems(program)
     if problems:  # an inconsistency of the compiler's own: the stage wraps it, "report it"
         raise RuntimeError(f"{problems[0]}; the NPU would read it transposed "
                            f"({len(problems)} such tensor(s))")
