@@ -19,13 +19,17 @@ def __getattr__(name):
         from . import api, report
 
         return getattr(api, name, None) or getattr(report, name)
+    if name == "AutoPrecision":
+        from .quantization.precision import AutoPrecision
+
+        return AutoPrecision
     raise AttributeError(f"module 'mcu_npu' has no attribute {name!r}")
 
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "compile", "load", "CompiledProgram", "Report", "targets", "get_target",
+    "compile", "load", "CompiledProgram", "Report", "AutoPrecision", "targets", "get_target",
     "McuNpuError", "ConfigError", "ConversionError", "InputError", "InvalidProgramError",
     "MemoryFitError", "NpuCompilerError", "UnsupportedModelError",
 ]

@@ -23,6 +23,8 @@ from .pipeline import default_aten_passes, export_module, to_edge_program
 from .quantization import NeutronQuantizer, quantize, quantize_qat
 from .program_io import dequantize_outputs, quantize_inputs, quantize_io
 from .quantization.composed import TargetQuantizer, trial
+from .quantization.precision import AutoPrecision, PrecisionChoice, PrecisionRequest, \
+    parse_precision, resolve
 from .report import REPORT_KEY, REPORT_SLACK, OpPlacement, PartitionInfo, Report, check_io, \
     restore_report, stored_report
 from .targets import get_target
@@ -38,6 +40,19 @@ class CompiledProgram:
     _program: object = field(default=None, repr=False)
     float_model: torch.nn.Module | None = field(default=None, repr=False)
     """The model as given (float), for per-layer error against it."""
+    _report_span: tuple[int, int] | None = field(default=None, repr=False)
+    """(offset, length) of the report stored in ``buffer`` (``rewrite_report``)."""
+
+    def rewrite_report(self) -> None:
+        """Store ``report`` again in the ``.pte``, in place and at the same length (what the
+        search of ``precision="auto"`` learns once the program exists); nothing the device
+        runtime reads moves."""
+        if self._report_span is None:
+            raise ConfigError("this program keeps no place for its report")
+        at, length = self._report_span
+        stored = self.buffer[at:at + length]
+        self.buffer = restore_report(self.buffer, stored, self.report)
+        self._program = None
 
     def accuracy(self, samples) -> list[dict]:
         """Per-layer error on ``samples`` (tuples of model inputs, or tensors of a
@@ -163,6 +178,7 @@ def compile(
     deployable: bool = False,
     strict: bool = False,
     accuracy_samples=None,
+    precision=None,
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -181,16 +197,36 @@ def compile(
     not fit the target's memory warns; with ``strict=True`` it raises ``MemoryFitError``.
 
     ``accuracy_samples`` (input tuples, like ``calibration``) adds the per-layer error to
-    the report (``report.layers``, see ``CompiledProgram.accuracy``)."""
+    the report (``report.layers``, see ``CompiledProgram.accuracy``).
+
+    ``precision`` picks int16 activations (with int8 weights: the NPU's 16x8 kernels) where
+    the target runs them: ``"int16"`` everywhere, ``{"default": "int8", "overrides":
+    {name: "int16"}}`` for the modules (``"gru"``) or nodes named, or ``"auto"`` /
+    ``AutoPrecision(...)`` to raise the layers that buy the most accuracy per cycle until
+    a target SQNR is met within a cycle budget. The report says which ops run int16 and
+    why any asked for stays int8 (``report.precision``)."""
+    request = parse_precision(precision)
+    if isinstance(request, AutoPrecision):
+        from .auto_precision import search
+
+        return search(request, model, example_inputs, target=target, calibration=calibration,
+                      npu_compiler=npu_compiler,
+                      operators_not_to_delegate=operators_not_to_delegate,
+                      progress=progress, train_fn=train_fn, io=io, deployable=deployable,
+                      strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile)
     with stage("compiling the model"):  # any failure the stages below do not name
         return _compile(model, example_inputs, target, calibration, npu_compiler,
                         operators_not_to_delegate, progress, train_fn, io, deployable, strict,
-                        accuracy_samples)
+                        accuracy_samples, request)
 
 
 def _compile(model, example_inputs, target, calibration, npu_compiler,
              operators_not_to_delegate, progress, train_fn, io,
-             deployable=False, strict=False, accuracy_samples=None) -> CompiledProgram:
+             deployable=False, strict=False, accuracy_samples=None,
+             precision: PrecisionRequest = PrecisionRequest(),
+             report_slack: int = 0) -> CompiledProgram:
+    """``compile`` with a parsed precision request; ``report_slack`` bytes more room in the
+    stored report for what a caller adds later (``CompiledProgram.rewrite_report``)."""
     tgt = get_target(target)
     check_io(io)
     if npu_compiler not in COMPILER_NAMES:
@@ -212,13 +248,21 @@ def _compile(model, example_inputs, target, calibration, npu_compiler,
         graph = TargetQuantizer(tgt, aten_passes=default_aten_passes(tgt)) \
             .transform_for_annotation(graph)
     options = PlanOptions(excluded, npu_compiler)
+    choice = None
     if train_fn is None:
-        reference, edge, decided = _quantize_ptq(graph, example_inputs,
-                                                 _progress(samples, progress), tgt, options)
+        reference, edge, decided, choice = _quantize_ptq(
+            graph, example_inputs, _progress(samples, progress), tgt, options, precision)
     else:
-        quantizer = TargetQuantizer(tgt, is_qat=True, operators_not_to_delegate=excluded,
-                                    npu_compiler=npu_compiler) \
-            if cortex_m_core(tgt) else NeutronQuantizer(is_qat=True)
+        planned = None
+        if not precision.all_int8:
+            with stage("deciding what the NPU runs", _exclude_hint):
+                planned = trial(graph, tgt, options)[0]
+            choice = resolve_precision(precision, graph, planned)
+        quantizer = TargetQuantizer(tgt, is_qat=True, plan=planned, precision=choice) \
+            if cortex_m_core(tgt) and planned is not None else \
+            TargetQuantizer(tgt, is_qat=True, operators_not_to_delegate=excluded,
+                            npu_compiler=npu_compiler) \
+            if cortex_m_core(tgt) else NeutronQuantizer(is_qat=True, precision=choice)
         with stage("quantization-aware training", _QAT_HINT):
             reference = quantize_qat(graph, example_inputs, _progress(samples, progress),
                                      train_fn, quantizer)
@@ -233,11 +277,18 @@ def _compile(model, example_inputs, target, calibration, npu_compiler,
     with stage("writing the compile report"):
         report = build_report(decided, edge)
         report.io = io_params
+        if not precision.all_int8:
+            report.precision = {"request": precision.to_json(),
+                                "kept_int8": dict(choice.kept_int8) if choice else {}}
+            if any(o.precision == "int16" and o.op in ("aten.sigmoid", "aten.tanh")
+                   and o.kernel == "npu" for o in report.ops) and \
+                    tgt.npu.kind.value == "ethos-u":
+                report.notes.append(ACTIVATION_UNIT_NOTE)
         report.accuracy = {}
         from .report.latency import estimate_latency
 
         report.latency = estimate_latency(edge.exported_program(), tgt, report)
-        slack = REPORT_SLACK
+        slack = REPORT_SLACK + report_slack
         if accuracy_samples is not None:
             from .report.layers import stored_size
 
@@ -269,8 +320,14 @@ def _compile(model, example_inputs, target, calibration, npu_compiler,
         with stage("measuring the per-layer error"):
             report.layers = prog.accuracy(accuracy_samples)
     prog.buffer = restore_report(buffer, stored, report)
+    prog._report_span = (buffer.find(stored), len(stored))
     return prog
 
+
+ACTIVATION_UNIT_NOTE = (
+    "int16 sigmoid and tanh run on the Ethos-U's activation unit (Vela rescales their input "
+    "to Q3.12); the host runs LiteRT's int16 kernels (interpolated tables), which can differ "
+    "from it by a few 1/32768 steps")
 
 _EXPORT_HINT = ("make the model capturable by torch.export (no data-dependent control flow, "
                 "see torch.export's message), or report it")
@@ -280,26 +337,41 @@ _QUANTIZE_HINT = "change how the model uses {op}, or report it"
 _TO_EDGE = "converting the quantized model to the Edge dialect"
 
 
-def _quantize_ptq(graph, example_inputs, samples, target, options: PlanOptions):
+def _quantize_ptq(graph, example_inputs, samples, target, options: PlanOptions,
+                  precision: PrecisionRequest = PrecisionRequest()):
     """PTQ with the NPU's rules, which is the plan's trial; where the plan leaves ops to a
-    Cortex-M CPU, quantize again with the composed quantizer so those ops get the Cortex-M
-    rules. Returns (reference, Edge program, the plan)."""
+    Cortex-M CPU, or ``precision`` asks for int16 activations, quantize again with the
+    composed quantizer so those ops get the Cortex-M rules and the int16 ones the 16x8
+    specs. Returns (reference, Edge program, the plan, the ``PrecisionChoice`` or None)."""
     samples = list(samples)
     fallback = cortex_m_core(target) is not None
+    mixed = not precision.all_int8
     stages = {"quantize": lambda: stage("quantizing and calibrating", _QUANTIZE_HINT),
               "edge": lambda: stage(_TO_EDGE),
               "check": lambda: stage("deciding what the NPU runs" if fallback
                                      else "delegating to the NPU", _exclude_hint)}
     decided, reference, edge = trial(graph, target, replace(options, calibration=samples),
-                                     graph_in_place=not fallback,
+                                     graph_in_place=not fallback and not mixed,
                                      example_inputs=example_inputs, stages=stages)
-    if not fallback or not decided.placement.cpu:
-        return reference, edge, decided
+    choice = resolve_precision(precision, graph, decided) if mixed else None
+    int16 = choice is not None and bool(choice.int16)
+    if not int16 and (not fallback or not decided.placement.cpu):
+        return reference, edge, decided, choice
     with stage("quantizing for the NPU and the Cortex-M kernels", _exclude_hint):
-        reference = quantize(graph, example_inputs, samples,
-                             TargetQuantizer(target, plan=decided))
+        quantizer = TargetQuantizer(target, plan=decided, precision=choice) if fallback \
+            else NeutronQuantizer(precision=choice)
+        reference = quantize(graph, example_inputs, samples, quantizer)
     with stage(_TO_EDGE):
-        return reference, to_edge_program(reference, example_inputs), decided
+        return reference, to_edge_program(reference, example_inputs), decided, choice
+
+
+def resolve_precision(request: PrecisionRequest, graph, decided: Plan) -> PrecisionChoice:
+    """``request`` on ATen ``graph``, where ``decided`` places its nodes: a node the plan
+    leaves to the CPU stays int8 (the Cortex-M kernels are), with the reason."""
+    cpu = {n.ident for n in decided.nodes if n.partition is None} | set(decided.placement.cpu)
+    with stage("choosing the activation precision"):
+        return resolve(request, graph, decided.target, cpu.__contains__,
+                       {n.node: n.ident for n in decided.nodes if n.ident})
 
 
 def plan_edge(edge, target, decided: Plan | PlanOptions) -> Plan:
@@ -368,7 +440,7 @@ def build_report(plan: Plan, edge) -> Report:
     for n in plan.nodes:
         if n.partition is not None:
             ops.append(OpPlacement(n.node, n.op, f"NPU partition {n.partition}", "npu", "",
-                                   n.macs, n.inputs, n.ident))
+                                   n.macs, n.inputs, n.ident, _BITS.get(n.bits, "")))
             continue
         reason = n.verdict.reason or "its neighbours left no NPU partition worth making"
         if n.ident in plan.portable:
@@ -376,7 +448,9 @@ def build_report(plan: Plan, edge) -> Report:
         kernel = cpu_kernels.get(n.ident, "float")
         ops.append(OpPlacement(n.node, n.op, _CPU_PLACES[kernel],
                                "portable" if kernel in ("float", "int8") else "cortex-m",
-                               reason, n.macs, n.inputs, n.ident))
+                               reason, n.macs, n.inputs, n.ident,
+                               "" if kernel == "float" else
+                               _BITS.get(8 if kernel == "cortex-m" else n.bits, "")))
     parts = [
         PartitionInfo(k, list(names), info.get("compiler", "?"), info.get("tflite_ops", []),
                       info.get("stats", {}))
@@ -391,6 +465,8 @@ def build_report(plan: Plan, edge) -> Report:
                   versions=versions_record(plan.target, [c for c in compilers if c != "none"],
                                            edge_payloads(edge)))
 
+
+_BITS = {8: "int8", 16: "int16"}
 
 _CPU_PLACES = {
     "cortex-m": "Cortex-M int8 kernel",

@@ -102,10 +102,34 @@ def load_calibration(path: str, example_inputs: tuple) -> list[tuple]:
                   for a, e in zip(arrays, example_inputs)) for k in range(n)]
 
 
+def precision_arg(args):
+    """``compile``'s ``precision`` from ``--precision``, ``--int16``, ``--int8`` and
+    ``--target-sqnr`` / ``--max-cycles-ratio`` (for ``auto``)."""
+    from .errors import ConfigError
+    from .quantization.precision import AutoPrecision, parse_precision
+
+    mode = args.precision
+    if mode == "auto":
+        if args.int16 or args.int8:
+            raise ConfigError("--precision auto chooses the int16 layers itself; drop "
+                              "--int16 / --int8")
+        return AutoPrecision(target_sqnr_db=args.target_sqnr,
+                             max_cycles_ratio=args.max_cycles_ratio)
+    if args.target_sqnr is not None:
+        raise ConfigError("--target-sqnr goes with --precision auto")
+    overrides = {name: "int16" for name in args.int16 or ()}
+    for name in args.int8 or ():
+        if name in overrides:
+            raise ConfigError(f"{name!r} is given both --int16 and --int8")
+        overrides[name] = "int8"
+    return parse_precision({"default": mode, "overrides": overrides})
+
+
 def cmd_compile(args) -> int:
     from .report import check_io
 
     check_io(args.io)  # before the compiler and the model load (a factory may train)
+    precision = precision_arg(args)
     from . import api
 
     model, inputs, calibration = load_model_spec(args.model)
@@ -119,7 +143,8 @@ def cmd_compile(args) -> int:
                            npu_compiler=args.npu_compiler,
                            operators_not_to_delegate=args.exclude or (), progress=None,
                            io=args.io, deployable=args.require_deployable,
-                           strict=args.strict, accuracy_samples=accuracy)
+                           strict=args.strict, accuracy_samples=accuracy,
+                           precision=precision)
     for w in caught:
         if issubclass(w.category, UserWarning) and "mcu_npu" in (w.filename or ""):
             print(f"mcu-npu: warning: {w.message}", file=sys.stderr)
@@ -247,6 +272,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--c-header", metavar="FILE",
                    help="also write the .pte as a C header (aligned const array, pool sizes, "
                         "I/O shapes)")
+    c.add_argument("--precision", default="int8", choices=("int8", "int16", "auto"),
+                   help="activation type where the NPU runs it: int8 (default), int16 "
+                        "(16x8 kernels: int16 activations, int8 weights) or auto (raise the "
+                        "layers that buy the most accuracy per cycle to int16)")
+    c.add_argument("--int16", action="append", metavar="NAME",
+                   help="run this module (e.g. gru, blocks.3) or node with int16 "
+                        "activations; repeatable")
+    c.add_argument("--int8", action="append", metavar="NAME",
+                   help="keep this module or node int8 (with --precision int16); repeatable")
+    c.add_argument("--target-sqnr", type=float, metavar="DB",
+                   help="--precision auto: the SQNR to reach (default: int8's + 6 dB)")
+    c.add_argument("--max-cycles-ratio", type=float, default=1.5, metavar="R",
+                   help="--precision auto: NPU cycle budget as a multiple of int8's "
+                        "(default %(default)s)")
     c.add_argument("--c-section", default=".rodata.model_pte", metavar="NAME",
                    help="linker section of the C header's array ('' for none; default "
                         "%(default)s)")

@@ -90,6 +90,11 @@ class NpuSpec:
     against 202,938 total cycles), while on the U65 and U85 the 4-D TRANSPOSE is the cheaper
     one (U85 MobileNetV1: 198,936 against 3,233,950, the 3-D one being memory bound)."""
 
+    int16_activations: bool = False
+    """The NPU runs 16x8 kernels (int16 activations, int8 weights) for the operators whose
+    converter entries say so (``tflite.registry.Operator.int16``): Vela compiles them for
+    every Ethos-U; NXP's eIQ Neutron converter takes int8 only."""
+
     def __post_init__(self):
         try:
             object.__setattr__(self, "kind", NpuKind(self.kind))
@@ -306,6 +311,7 @@ def ethos_u(accelerator: str) -> NpuSpec:
         clock_hz=clock,
         sram_bytes=_SRAM_BYTES[family],
         vendor_compiler="vela",
+        int16_activations=True,
         compiler_checks_operators=True,
         vela=VelaConfig(accelerator=accelerator, system_config=system, memory_mode=memory),
         transpose_as_block_swap=family == "ethos-u55",

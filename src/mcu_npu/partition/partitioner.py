@@ -57,7 +57,8 @@ class _Members(OperatorSupportBase):
 
 def cluster_members(analysis: SupportAnalysis) -> set[Node]:
     """Supported compute nodes plus the quantize, dequantize, tuple-access and constant
-    nodes that belong with them."""
+    nodes that belong with them, and the dequantize-quantize pairs that requantize one
+    member's output for another."""
     members = {n for n in analysis.verdicts if analysis.supported(n)}
     nodes = list(analysis.graph.nodes)
     for node in reversed(nodes):  # dequantize / constant paths: every user is a member
@@ -72,6 +73,13 @@ def cluster_members(analysis: SupportAnalysis) -> set[Node]:
         src = node.args[0] if node.args else None
         if (node.target in QUANTIZE or node.target is operator.getitem) and src in members:
             members.add(node)
+    for node in nodes:  # a requantize between members (int16 <-> int8): a QUANTIZE op
+        if node.op == "call_function" and node.target in DEQUANTIZE and node not in members \
+                and node.args and node.args[0] in members and node.users and \
+                all(u.target in QUANTIZE and u.users and all(d in members for d in u.users)
+                    for u in node.users):
+            members.add(node)
+            members.update(node.users)
     return members
 
 

@@ -22,6 +22,7 @@ program's plan reads the stamps back (``Placement.from_program``).
 from __future__ import annotations
 
 import hashlib
+import operator
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
@@ -75,6 +76,8 @@ class NodePlan:
     inputs: tuple[str, ...] = ()
     """The compute nodes whose results reach this one (through quantize, dequantize and
     views): the edges of the report's placement graph."""
+    bits: int | None = None
+    """Bits of the integer type the node's output is quantized to (8, 16); None when float."""
 
     @property
     def runs_on(self) -> str:
@@ -171,7 +174,8 @@ def plan_program(program, target, options: PlanOptions = PlanOptions(),
     groups = propose(program, analysis)
     where = {n: k for k, group in enumerate(groups) for n in group}
     nodes = tuple(NodePlan(n.name, v.op, node_id(n), _why_left(n, v, where), where.get(n),
-                           node_macs(n), _compute_inputs(n, analysis.verdicts))
+                           node_macs(n), _compute_inputs(n, analysis.verdicts),
+                           activation_bits(n))
                   for n, v in analysis.verdicts.items())
     fp = fingerprint(program)
     return Plan(target, options, fp, fp, Placement.from_analysis(analysis), nodes,
@@ -190,6 +194,19 @@ def _why_left(node, verdict: Verdict, where) -> Verdict:
     if verdict.supported and node not in where and is_pass_through(node):
         return replace(verdict, reason=PASS_THROUGH_REASON)
     return verdict
+
+
+def activation_bits(node) -> int | None:
+    """Bits of the quantize that reads ``node``'s output, that of its only user (a clamp
+    fused into it) or of its pieces (a split); None when the output stays float."""
+    from ..tflite.ops_aliases import QUANTIZE
+
+    pieces = [u for u in node.users if u.target is operator.getitem]  # a split's outputs
+    for candidate in (node, *(list(node.users) if len(node.users) == 1 else []), *pieces):
+        for user in candidate.users:
+            if user.op == "call_function" and user.target in QUANTIZE and len(user.args) > 5:
+                return torch.iinfo(user.args[5]).bits
+    return None
 
 
 def _compute_inputs(node, compute) -> tuple[str, ...]:

@@ -83,10 +83,36 @@ def _output_spec(node: Node):
 
 
 def _act_input(producer: Node, specs: QuantSpecs):
-    """Spec for an activation input: reuse the producer's parameters when it has them."""
-    if _output_spec(producer) is not None:
+    """Spec for an activation input: reuse the producer's parameters when it has them in the
+    consumer's integer type; another type (an int8 producer feeding an int16 layer, or the
+    reverse) gets the consumer's own parameters, which makes a requantize in between."""
+    if _output_spec(producer) is not None and \
+            output_dtype(producer) in (None, specs.activation_dtype):
         return SharedQuantizationSpec(producer)
     return specs.activation
+
+
+def output_dtype(node: Node, _depth: int = 0) -> torch.dtype | None:
+    """The integer type ``node``'s output is quantized to, following shared specs to the
+    observer they share; None when it is not quantized (yet)."""
+    spec = _output_spec(node)
+    if spec is None and node.target is operator.getitem and isinstance(node.args[0], Node):
+        spec = _output_spec(node.args[0])  # a max-pool's values, say
+    return None if spec is None else _spec_dtype(spec, _depth)
+
+
+def _spec_dtype(spec, depth: int) -> torch.dtype | None:
+    if depth > 64:  # sharing chains are short; a longer one is a cycle
+        return None
+    if isinstance(spec, SharedQuantizationSpec):
+        edge_or_node = spec.edge_or_node
+        if isinstance(edge_or_node, Node):
+            return output_dtype(edge_or_node, depth + 1)
+        producer, consumer = edge_or_node
+        ann = consumer.meta.get(KEY)
+        shared = None if ann is None else ann.input_qspec_map.get(producer)
+        return None if shared is None else _spec_dtype(shared, depth + 1)
+    return getattr(spec, "dtype", None)
 
 
 def _tensor_args(node: Node) -> list[Node]:
@@ -227,21 +253,22 @@ def annotate_split(node: Node, specs: QuantSpecs) -> None:
             _set(user, {}, SharedQuantizationSpec((x, node)))
 
 
-def share_recurrent_states(graph, specs: QuantSpecs) -> None:
+def share_recurrent_states(graph, specs) -> None:
     """Every timestep of one recurrent state, and its initial value, share one observer, so
     the recurrence runs on one scale instead of drifting through per-step ones (and a zero
-    initial state does not get a degenerate scale of its own)."""
+    initial state does not get a degenerate scale of its own). ``specs``: the
+    ``QuantSpecs``, or a function giving the activation spec of a node (its precision)."""
     groups: dict[str, list[Node]] = {}
     for node in graph.nodes:
         ann = node.meta.get(KEY)
         if node.meta.get(STATE_KEY) is not None and ann is not None and \
                 ann.output_qspec is not None:
-            groups.setdefault(node.meta[STATE_KEY], []).append(node)
+            groups.setdefault((node.meta[STATE_KEY], output_dtype(node)), []).append(node)
     for nodes in groups.values():
         if any(not isinstance(n.meta[KEY].output_qspec, (QuantizationSpec, SharedQuantizationSpec))
                for n in nodes):
             continue  # fixed-range outputs (a tanh state) already share their parameters
         anchor = nodes[0]
-        anchor.meta[KEY].output_qspec = specs.activation
+        anchor.meta[KEY].output_qspec = specs(anchor) if callable(specs) else specs.activation
         for node in nodes[1:]:
             node.meta[KEY].output_qspec = SharedQuantizationSpec(anchor)

@@ -38,9 +38,10 @@ from ..partition.plan import Plan, PlanOptions, fingerprint, plan_program
 from ..passes.aten.decompose_on_cpu import decompose_on_cpu
 from ..pipeline import to_edge_program
 from ..targets import get_target
-from .annotators import KEY
+from .annotators import KEY, output_dtype
 from .cortex_m import cortex_m_quantizer
 from .neutron_quantizer import NeutronQuantizer, quantize
+from .precision import PrecisionChoice
 
 aten = torch.ops.aten
 
@@ -142,7 +143,8 @@ class TargetQuantizer(Quantizer):
     to the graph it was made for, and plans any other graph itself with ``options`` (the
     plan's when one is given). ``mcu_npu.compile`` passes the plan it already made; the
     ExecuTorch recipes let the quantizer plan. Both give the same answer: the checks do not
-    depend on calibration data.
+    depend on calibration data. ``precision`` (a ``PrecisionChoice`` resolved on the graph)
+    gives the NPU nodes it names int16 activations; the Cortex-M side stays int8.
     """
 
     def __init__(
@@ -154,10 +156,12 @@ class TargetQuantizer(Quantizer):
         aten_passes: Iterable = (),
         npu_compiler: str = "auto",
         plan: Plan | None = None,
+        precision: PrecisionChoice | None = None,
     ):
         super().__init__()
         self.target = get_target(target)
         self.is_qat = is_qat
+        self.precision = precision
         self.aten_passes = list(aten_passes)
         if plan is not None:
             if plan.target != self.target:
@@ -192,7 +196,8 @@ class TargetQuantizer(Quantizer):
         on_npu: Callable[[Node], bool] = lambda n: placement.on_npu(node_id(n))
         decompose_on_cpu(model, [n for n in model.graph.nodes if n.op == "call_function"
                                  and not on_npu(n) and not _cortex_m_fuses(n, on_npu)])
-        NeutronQuantizer(is_qat=self.is_qat, node_filter=on_npu).annotate(model)
+        NeutronQuantizer(is_qat=self.is_qat, node_filter=on_npu,
+                         precision=self.precision).annotate(model)
         for node in model.graph.nodes:
             if node.op == "call_function" and on_npu(node):
                 node.meta[_MATCHED] = True
@@ -264,7 +269,8 @@ def share_boundaries(model: GraphModule, on_npu: Callable[[Node], bool]) -> None
     """Where a tensor crosses between the NPU's and the CPU's nodes, the consumer quantizes
     its input with the producer's output observer. An input the consumer's own rule already
     shares (the Cortex-M rule of ``where``, ``cat``: inputs and output one group) is left
-    alone: re-pointing it makes torchao's sharing groups recurse without end."""
+    alone: re-pointing it makes torchao's sharing groups recurse without end. An int16 NPU
+    output read by an int8 CPU kernel keeps the consumer's own parameters: a requantize."""
     for node in model.graph.nodes:
         ann: QuantizationAnnotation | None = node.meta.get(KEY)
         if node.op != "call_function" or ann is None:
@@ -273,6 +279,7 @@ def share_boundaries(model: GraphModule, on_npu: Callable[[Node], bool]) -> None
             producer = arg.meta.get(KEY)
             if spec is None or isinstance(spec, SharedQuantizationSpec) or \
                     arg.op != "call_function" or producer is None or \
-                    producer.output_qspec is None or on_npu(arg) == on_npu(node):
+                    producer.output_qspec is None or on_npu(arg) == on_npu(node) or \
+                    output_dtype(arg) != getattr(spec, "dtype", None):
                 continue  # a shared spec already ties the input into its consumer's group
             ann.input_qspec_map[arg] = SharedQuantizationSpec(arg)

@@ -9,8 +9,9 @@ from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
 from ..upstream_patches import conv_bn_rewrites_where_they_match
-from .annotators import annotator_of, share_recurrent_states
+from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
+from .precision import PrecisionChoice, follows_input
 from .qspecs import QuantSpecs
 
 NodeFilter = Callable[[Node], bool]
@@ -23,6 +24,8 @@ class NeutronQuantizer(Quantizer):
     (``is_qat=True``) and ``convert_pt2e``. ``node_filter`` restricts annotation to the nodes
     it accepts, which lets this quantizer be composed with another one.
     ``aten_passes`` run in ``transform_for_annotation`` (e.g. the recurrent decompositions).
+    ``precision`` (a ``PrecisionChoice``) gives its nodes int16 activations, and the data
+    movement that reads them (``precision.follows_input``); the rest is int8.
     """
 
     def __init__(
@@ -31,12 +34,28 @@ class NeutronQuantizer(Quantizer):
         is_qat: bool = False,
         node_filter: NodeFilter | None = None,
         aten_passes: Iterable = (),
+        precision: PrecisionChoice | None = None,
     ):
         super().__init__()
         self.is_qat = is_qat
         self.specs = QuantSpecs(is_qat=is_qat)
+        self.specs16 = QuantSpecs(is_qat=is_qat, int16=True)
         self.node_filter = node_filter
         self.aten_passes = list(aten_passes)
+        self.precision = precision
+
+    def specs_of(self, node: Node) -> QuantSpecs:
+        """int16 specs for the nodes the precision choice names and the data movement that
+        follows an int16 input; int8 otherwise."""
+        if self.precision is None or not self.precision.int16:
+            return self.specs
+        if self.precision.asks_int16(node):
+            return self.specs16
+        x = node.args[0] if node.args else None
+        if isinstance(x, (list, tuple)) and x:
+            x = x[0]  # cat: its first input
+        int16_input = isinstance(x, Node) and output_dtype(x) == torch.int16
+        return self.specs16 if follows_input(node, int16_input) else self.specs
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         for p in self.aten_passes:
@@ -53,8 +72,8 @@ class NeutronQuantizer(Quantizer):
                 continue
             if self.node_filter is not None and not self.node_filter(node):
                 continue
-            annotator(node, self.specs)
-        share_recurrent_states(model.graph, self.specs)
+            annotator(node, self.specs_of(node))
+        share_recurrent_states(model.graph, lambda n: self.specs_of(n).activation)
         return model
 
     def validate(self, model: GraphModule) -> None:

@@ -1,9 +1,12 @@
-"""Quantization specs whose choices TFLite int8 kernels accept.
+"""Quantization specs whose choices TFLite int8 and 16x8 kernels accept.
 
-Activations: int8 asymmetric per-tensor. Weights: int8 symmetric per-channel (range
+Activations: int8 asymmetric per-tensor, or (``int16=True``, the 16x8 kernels) int16
+symmetric per-tensor with zero point 0, as TFLite's int16 kernels require. Weights: int8 symmetric per-channel (range
 [-127, 127], as TFLite requires). Bias: int32 with scale = input scale * weight scale, zero
 point 0. Outputs of sigmoid, tanh and softmax: the fixed parameters the TFLite int8 kernels
-demand, so the converter never needs a requantize for them.
+demand, so the converter never needs a requantize for them (int16: scale 1/32768, zero
+point 0). The bias of an int16 layer stays an int32 here (PT2E has no int64 quantize); the
+converter widens it to the int64 the 16x8 kernels read, value for value.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from torchao.quantization.pt2e.quantizer import (
 )
 
 INT8_MIN, INT8_MAX = -128, 127
+INT16_MIN, INT16_MAX = -(2**15), 2**15 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 # Output parameters fixed by the TFLite int8 kernels (scale, zero point).
@@ -33,25 +37,35 @@ FIXED_QPARAMS = {
     "softmax": (1.0 / 256.0, -128),
     "tanh": (1.0 / 128.0, 0),
 }
+FIXED_QPARAMS_INT16 = {kind: (1.0 / 32768.0, 0) for kind in FIXED_QPARAMS}
+"""The same for TFLite's int16 LOGISTIC, TANH and SOFTMAX."""
 
 
 @dataclass(frozen=True)
 class QuantSpecs:
-    """The set of specs one quantizer hands out; ``is_qat`` picks fake-quantize modules."""
+    """The set of specs one quantizer hands out; ``is_qat`` picks fake-quantize modules,
+    ``int16`` int16 activations (symmetric, for the 16x8 kernels) instead of int8."""
 
     is_qat: bool = False
+    int16: bool = False
+
+    @property
+    def activation_dtype(self) -> torch.dtype:
+        return torch.int16 if self.int16 else torch.int8
 
     @property
     def activation(self) -> QuantizationSpec:
+        qscheme = torch.per_tensor_symmetric if self.int16 else torch.per_tensor_affine
         if self.is_qat:
-            ctr = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver)
+            ctr = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, qscheme=qscheme)
         else:
-            ctr = MinMaxObserver.with_args(eps=2**-20)
+            ctr = MinMaxObserver.with_args(eps=2**-20, qscheme=qscheme)
+        low, high = (INT16_MIN, INT16_MAX) if self.int16 else (INT8_MIN, INT8_MAX)
         return QuantizationSpec(
-            dtype=torch.int8,
-            quant_min=INT8_MIN,
-            quant_max=INT8_MAX,
-            qscheme=torch.per_tensor_affine,
+            dtype=self.activation_dtype,
+            quant_min=low,
+            quant_max=high,
+            qscheme=qscheme,
             observer_or_fake_quant_ctr=ctr,
         )
 
@@ -72,17 +86,17 @@ class QuantSpecs:
     @property
     def per_tensor_weight(self) -> QuantizationSpec:
         """Per-tensor int8 for small parameter tensors such as PReLU slopes (as activations)."""
-        return self.activation
+        return QuantSpecs(is_qat=self.is_qat).activation
 
-    @staticmethod
-    def fixed(kind: str) -> FixedQParamsQuantizationSpec:
-        scale, zero_point = FIXED_QPARAMS[kind]
+    def fixed(self, kind: str) -> FixedQParamsQuantizationSpec:
+        scale, zero_point = (FIXED_QPARAMS_INT16 if self.int16 else FIXED_QPARAMS)[kind]
+        low, high = (INT16_MIN, INT16_MAX) if self.int16 else (INT8_MIN, INT8_MAX)
         return FixedQParamsQuantizationSpec(
-            dtype=torch.int8,
+            dtype=self.activation_dtype,
             scale=scale,
             zero_point=zero_point,
-            quant_min=INT8_MIN,
-            quant_max=INT8_MAX,
+            quant_min=low,
+            quant_max=high,
             qscheme=torch.per_tensor_affine,
         )
 

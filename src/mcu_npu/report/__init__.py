@@ -109,6 +109,8 @@ class OpPlacement:
     ident: str | None = None
     """The ATen node id (``graph_ids.node_id``) the op came from: it links the op to the
     float model's and the quantized reference's nodes (per-layer error)."""
+    precision: str = ""
+    """The integer type of the op's output activations, "int8" or "int16" ("" when float)."""
 
     def __post_init__(self):
         object.__setattr__(self, "kernel", Kernel(self.kernel))  # ValueError when unknown
@@ -143,6 +145,11 @@ class Report:
     layers: list[dict] = field(default_factory=list)
     """Per-layer error (``report.layers.layer_errors``): one row per compute op, the op where
     accuracy is lost first; empty unless accuracy samples were given."""
+    precision: dict = field(default_factory=dict)
+    """The activation precision asked for (``request``: default and overrides, or "auto")
+    and why any op asked to be int16 stays int8 (``kept_int8``: node id -> reason); with
+    "auto", ``auto`` records the search (the int8 baseline, each layer raised and what it
+    cost, the outcome)."""
     latency: dict = field(default_factory=dict)
     """Whole-model latency estimate (``report.latency.estimate_latency``): ``latency_us``, ``npu_us``,
     ``cpu_us`` and one row per executed step."""
@@ -168,6 +175,8 @@ class Report:
             values = [p.stats[stat] for p in self.partitions if stat in p.stats]
             if values and len(values) == len(self.partitions):
                 s[key] = sum(values)
+        if self.precision or any(o.precision == "int16" for o in self.ops):
+            s["int16_ops"] = sum(o.precision == "int16" for o in self.ops)
         s.update({k: self.latency[k] for k in LATENCY_KEYS if k in self.latency})
         s.update(self.memory.get("summary", {}))
         s.update(self.accuracy)
@@ -187,7 +196,7 @@ class Report:
             "host_only": self.host_only, "versions": self.versions, "kernels": self.kernels,
             "kernel_problems": self.kernel_problems,
             "memory": self.memory, "latency": self.latency, "layers": self.layers,
-            "summary": self.summary,
+            "precision": self.precision, "summary": self.summary,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -204,7 +213,7 @@ class Report:
             host_only=bool(d.get("host_only", False)), versions=d.get("versions") or {},
             kernels=d.get("kernels") or [], kernel_problems=d.get("kernel_problems") or [],
             memory=d.get("memory") or {}, latency=d.get("latency") or {},
-            layers=d.get("layers") or [],
+            layers=d.get("layers") or [], precision=d.get("precision") or {},
         )
 
     def to_html(self) -> str:
@@ -231,12 +240,15 @@ class Report:
         lines += self._latency_lines()
         for key, value in self.accuracy.items():
             lines.append(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}")
-        rows = [("node", "op", "runs on", "why not on the NPU")]
-        rows += [(o.node, o.op, o.placement, o.reason) for o in self.ops]
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines += self._precision_lines()
+        mixed = "int16_ops" in s
+        rows = [("node", "op", "runs on", *(("bits",) if mixed else ()), "why not on the NPU")]
+        rows += [(o.node, o.op, o.placement, *((o.precision,) if mixed else ()), o.reason)
+                 for o in self.ops]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         lines.append("")
         for r in rows:
-            lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+            lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1])
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {p}" for p in self.kernel_problems]
         lines += self._io_lines()
@@ -251,6 +263,30 @@ class Report:
         lines += self._kernel_lines()
         lines += self.version_lines()
         return "\n".join(line.rstrip() for line in lines)
+
+    def _precision_lines(self) -> list[str]:
+        """What was asked, how many ops run int16, which stay int8 and why, and the search
+        of ``precision="auto"``."""
+        p = self.precision
+        if not p and "int16_ops" not in self.summary:
+            return []
+        request = p.get("request", {})
+        asked = request if isinstance(request, str) else (
+            f"default {request.get('default', 'int8')}" + "".join(
+                f", {name} {bits}" for name, bits in request.get("overrides", {}).items()))
+        lines = [f"precision {asked}: {self.summary['int16_ops']} op(s) with int16 "
+                 f"activations"]
+        kept = p.get("kept_int8", {})
+        by_reason: dict[str, list[str]] = {}
+        for node, reason in kept.items():
+            by_reason.setdefault(reason, []).append(node)
+        for reason, nodes in by_reason.items():
+            shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4
+                                            else "")
+            lines.append(f"  stays int8: {shown}: {reason}")
+        from .precision_lines import auto_lines
+
+        return lines + auto_lines(p.get("auto"))
 
     def _latency_lines(self) -> list[str]:
         """Total latency, its NPU and CPU parts, and the five slowest steps."""

@@ -55,7 +55,7 @@ def render_html(report) -> str:
     s = report.summary
     body = [_header(report, s), _graph_section(report), _latency_section(report.latency),
             _memory_section(report.memory), _layers_section(getattr(report, "layers", [])),
-            _ops_section(report), _partitions_section(report),
+            _precision_section(report), _ops_section(report), _partitions_section(report),
             _io_section(report.io), _notes_section(report), _kernels_section(report.kernels),
             _versions_section(report.versions)]
     title = f"mcu-npu report: {report.target}"
@@ -191,6 +191,9 @@ def _header(report, s: dict) -> str:
         label = "latency (NPU part a lower bound)" if lat.get("npu_is_bound") else \
             "latency (estimate)"
         cards.append(_card(label, _us(lat["latency_us"]), ", ".join(parts)))
+    if "int16_ops" in s:
+        cards.append(_card("int16 activations", f"{s['int16_ops']}/{s['ops_total']} ops",
+                           "16x8 kernels; the rest int8"))
     if "npu_total_cycles" in s:
         cards.append(_card("NPU cycles (total)", f"{s['npu_total_cycles']:,}",
                            f"compute only {s['npu_cycles']:,}" if "npu_cycles" in s else ""))
@@ -481,14 +484,27 @@ def _ops_section(report) -> str:
     rows, attrs = [], []
     for i, o in enumerate(report.ops):
         kernel = graph.kernel_of(o)
-        rows.append((i, o.node, o.op, o.placement, kernel, _num(o.macs) if o.macs else "",
+        rows.append((i, o.node, o.op, o.placement, kernel, o.precision,
+                     _num(o.macs) if o.macs else "",
                      f"{us[o.node]:,.2f}" if o.node in us else "", ", ".join(o.inputs),
                      o.reason))
         attrs.append(f' id="op-{i}" class="{escape(kernel)}"')
     return ("<section id=\"ops\"><h2>Compute ops</h2>"
-            + _table(("#", "node", "op", "runs on", "kernel", "MACs", "est. \u00b5s", "inputs",
-                      "why not on the NPU"), rows, numeric=(0, 5, 6), row_attrs=attrs)
+            + _table(("#", "node", "op", "runs on", "kernel", "activations", "MACs",
+                      "est. \u00b5s", "inputs", "why not on the NPU"), rows,
+                     numeric=(0, 6, 7), row_attrs=attrs)
             + "</section>")
+
+
+def _precision_section(report) -> str:
+    """The activation precision asked for, the ops that stay int8 and why, the auto search."""
+    lines = report._precision_lines()
+    if not lines:
+        return ""
+    return ("<section id=\"precision\"><h2>Activation precision</h2><pre>"
+            + escape("\n".join(line.strip() if i == 0 else line for i, line in
+                               enumerate(lines)))
+            + "</pre></section>")
 
 
 def _layers_section(layers) -> str:

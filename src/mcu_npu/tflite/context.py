@@ -52,7 +52,7 @@ class QParams:
 
     def same_as(self, other: "QParams | None") -> bool:
         return other is not None and np.allclose(self.scale, other.scale, rtol=1e-6) and \
-            self.zero_point == other.zero_point
+            self.zero_point == other.zero_point and self.dtype == other.dtype
 
 
 @dataclass(eq=False)

@@ -48,6 +48,11 @@ class Operator:
     user: annotated with no quantization in between, converted as the fused activation."""
     reason: str | None = None
     """Why an annotation-only entry has no converter."""
+    int16: bool | tuple | Callable[[Node], bool] = False
+    """Converts with int16 activations (TFLite's 16x8 kernels, which Vela compiles): True for
+    every ATen packet of the entry, the packets that do, or a check of the ATen node (a
+    limit of the 16x8 kernel). Others stay int8 when a model asks for int16, with a
+    requantize at the boundary."""
 
     def rejection(self, node: Node, target: Target | None = None) -> str | None:
         """The reason this converter refuses ``node``, or None when it accepts it."""
@@ -63,6 +68,12 @@ class Operator:
     @property
     def aten_packets(self) -> tuple:
         return tuple(packet for packet, _ in self.annotations)
+
+    def takes_int16(self, packet, node: Node | None = None) -> bool:
+        """Whether ATen op packet ``packet`` (node ``node``) converts with int16 activations."""
+        if callable(self.int16):
+            return node is None or bool(self.int16(node))
+        return self.int16 is True or (isinstance(self.int16, tuple) and packet in self.int16)
 
     def rule(self, packet) -> str | None:
         """The name of the annotation rule of ATen op packet ``packet``."""
@@ -116,14 +127,16 @@ def _annotations(aten, annotate: str | None) -> tuple:
 
 def operator(*targets, aten: tuple | dict = (), annotate: str | None = None,
              checks: tuple[Check, ...] = (), preserve: tuple = (),
-             fuses_into_producer: bool = False):
+             fuses_into_producer: bool = False,
+             int16: bool | tuple | Callable[[Node], bool] = False):
     """Register ``fn(ctx, node)`` as the conversion of Edge ops ``targets``, together with the
     ATen packets ``aten`` the quantizer annotates with rule ``annotate`` (or, per packet,
-    ``aten={packet: rule}``) and the ``checks``."""
+    ``aten={packet: rule}``), the ``checks`` and whether it converts with int16
+    activations (``int16``: True, the ATen packets that do, or a check of the node)."""
 
     def decorate(fn):
         register(Operator(tuple(targets), fn, tuple(checks), _annotations(aten, annotate),
-                          tuple(preserve), fuses_into_producer))
+                          tuple(preserve), fuses_into_producer, int16=int16))
         return fn
 
     return decorate
@@ -144,6 +157,16 @@ def annotation_rule(target) -> str | None:
     packet = getattr(target, "overloadpacket", target)
     entry = ANNOTATIONS.get(packet)
     return None if entry is None else entry.rule(packet)
+
+
+def takes_int16(node_or_op) -> bool:
+    """Whether an ATen node's op converts with int16 activations (given an op, whether it
+    can for some node)."""
+    node = node_or_op if isinstance(node_or_op, Node) else None
+    target = node.target if node is not None else node_or_op
+    packet = getattr(target, "overloadpacket", target)
+    entry = ANNOTATIONS.get(packet)
+    return entry is not None and entry.convert is not None and entry.takes_int16(packet, node)
 
 
 def fused_clamp(node: Node, *, edge: bool) -> Node | None:

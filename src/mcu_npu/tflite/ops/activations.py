@@ -62,7 +62,7 @@ def fused_activation(ctx: Context, node: Node) -> tuple[Node, int, tuple | None]
 
 
 def emit_clamp(ctx: Context, src: int, out: Value, lo, hi) -> None:
-    """Clamp int8 ``src`` into ``out`` (same quantization) with MAXIMUM / MINIMUM."""
+    """Clamp ``src`` into ``out`` (same quantization, int8 or int16) with MAXIMUM / MINIMUM."""
     q = out.q
     tensor_shape = ctx.builder.tensor(out.tensor).shape
     cur = src
@@ -82,7 +82,7 @@ def emit_clamp(ctx: Context, src: int, out: Value, lo, hi) -> None:
           aten={at.relu: "unary", at.relu_: "unary",  # relu requantizes, the others share
                 at.relu6: "shared", at.hardtanh: "shared", at.hardtanh_: "shared",
                 at.clamp: "shared", at.clamp_: "shared"},
-          checks=(static_shapes,), fuses_into_producer=True)
+          checks=(static_shapes,), fuses_into_producer=True, int16=True)
 def convert_clamp(ctx: Context, node: Node) -> None:
     """Standalone relu / relu6 / hardtanh / clamp."""
     x = ctx.value(node.args[0])
@@ -111,9 +111,11 @@ def _unary(code: int, options_cls=None):
 
 
 operator(aten.sigmoid.default, aten=(at.sigmoid, at.sigmoid_), annotate="sigmoid",
-         checks=(static_shapes,))(_unary(OP.LOGISTIC))
+         checks=(static_shapes,), int16=True)(_unary(OP.LOGISTIC))
+# int16 LOGISTIC and TANH (LiteRT: a 256-entry interpolated sigmoid table, tanh(x) =
+# 2 sigmoid(2x) - 1) are within 1 and 3 output steps (of 1/32768) of the exact function.
 operator(aten.tanh.default, aten=(at.tanh, at.tanh_), annotate="tanh",
-         checks=(static_shapes,))(_unary(OP.TANH))
+         checks=(static_shapes,), int16=True)(_unary(OP.TANH))
 operator(aten.hardswish.default, aten=(at.hardswish, at.hardswish_), annotate="unary",
          checks=(static_shapes,), preserve=(at.hardswish.default,),
          )(_unary(OP.HARD_SWISH, schema.HardSwishOptionsT))
@@ -158,8 +160,9 @@ def convert_gelu(ctx: Context, node: Node) -> None:
 
 
 @operator(aten.leaky_relu.default, aten=(at.leaky_relu, at.leaky_relu_),
-          annotate="unary", checks=(static_shapes,))
+          annotate="unary", checks=(static_shapes,), int16=True)
 def convert_leaky_relu(ctx: Context, node: Node) -> None:
+    """TFLite LEAKY_RELU (int8 or int16; Vela takes both)."""
     x = ctx.value(node.args[0])
     out = ctx.output_value(node, perm=x.perm)
     opts = schema.LeakyReluOptionsT()
@@ -202,9 +205,12 @@ def neutron_softmax_limits(node: Node, target=None) -> bool:
 
 
 @operator(aten._softmax.default, aten=(at.softmax, at._softmax), annotate="softmax",
-          checks=(static_shapes, softmax_on_last_memory_axis, neutron_softmax_limits))
+          checks=(static_shapes, softmax_on_last_memory_axis, neutron_softmax_limits),
+          int16=True)
 def convert_softmax(ctx: Context, node: Node) -> None:
-    """TFLite SOFTMAX works on the innermost axis: lay the tensor out with ``dim`` last."""
+    """TFLite SOFTMAX works on the innermost axis: lay the tensor out with ``dim`` last.
+    int16 (input zero point 0, output 1/32768): LiteRT's kernel takes exp and 1 / (1 + x)
+    from interpolated tables, within a step on 10 classes, up to 15 steps on 64."""
     x = ctx.value(node.args[0])
     dim = node.args[1] % x.rank
     perm = tuple(d for d in x.perm if d != dim) + (dim,)

@@ -25,7 +25,7 @@ from .shape import reshape
 
 
 @operator(aten.cat.default, aten=(at.cat, at.concat, at.concatenate), annotate="cat",
-          checks=(static_shapes,))
+          checks=(static_shapes,), int16=True)
 def convert_cat(ctx: Context, node: Node) -> None:
     a = bind(node)
     values = [ctx.value(t) for t in a.tensors]
@@ -92,7 +92,7 @@ def _bounds(size: int, start, end, step) -> tuple[int, int, int]:
 
 
 @operator(aten.slice_copy.Tensor, aten=(at.slice,), annotate="shared",
-          checks=(static_shapes,))
+          checks=(static_shapes,), int16=True)
 def convert_slice(ctx: Context, node: Node) -> None:
     a = bind(node)
     x = ctx.value(a.self)
@@ -112,7 +112,7 @@ def convert_slice(ctx: Context, node: Node) -> None:
 
 
 @operator(aten.select_copy.int, aten=(at.select,), annotate="shared",
-          checks=(static_shapes,))
+          checks=(static_shapes,), int16=True)
 def convert_select(ctx: Context, node: Node) -> None:
     """select = a one-wide slice, then the axis is dropped by a reshape."""
     a = bind(node)
@@ -129,7 +129,7 @@ def convert_select(ctx: Context, node: Node) -> None:
 @operator(aten.split_with_sizes_copy.default, aten.split_copy.Tensor,
           aten=(at.split, at.split_with_sizes, at.chunk, at.unbind),
           annotate="split",
-          checks=(static_shapes,))
+          checks=(static_shapes,), int16=True)
 def convert_split(ctx: Context, node: Node) -> None:
     """SPLIT_V along the mapped axis; each getitem of the result is one output."""
     a = bind(node)

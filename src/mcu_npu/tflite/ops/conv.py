@@ -5,6 +5,8 @@
 #     SymInt groups) -> Tensor
 A conv1d (and a conv_transpose1d) runs as its 2-D form of height 1. Padding that matches TFLite's SAME becomes SAME;
 other padding is an explicit PAD with the input's zero point before a VALID conv.
+Every form also converts with int16 activations (TFLite's 16x8 CONV_2D, DEPTHWISE_CONV_2D and
+TRANSPOSE_CONV, which Vela compiles), with an int64 bias.
 """
 
 from __future__ import annotations
@@ -78,14 +80,16 @@ def _same_padding(size: int, k: int, s: int, d: int, p: int, out: int) -> bool:
 def _bias(ctx: Context, bias_arg, in_q: QParams, w_q: QParams, channels: int) -> Value:
     scale = np.asarray(in_q.scale[0] * np.asarray(w_q.scale), dtype=np.float64)
     scale = np.broadcast_to(scale, (channels,))
-    q = QParams(tuple(scale), (0,) * channels, -(2**31), 2**31 - 1, 0, np.dtype(np.int32))
+    dtype = np.dtype(np.int64) if in_q.dtype == np.int16 else np.dtype(np.int32)
+    info = np.iinfo(dtype)
+    q = QParams(tuple(scale), (0,) * channels, int(info.min), int(info.max), 0, dtype)
     if bias_arg is None:
-        return ctx.const_value(np.zeros(channels, np.int32), q)
+        return ctx.const_value(np.zeros(channels, dtype), q)
     b = ctx.value(bias_arg)
     if b.q is None:
         return ctx.const_value(b.data.astype(np.float64), q)
     if np.allclose(np.broadcast_to(b.q.scale, (channels,)), scale, rtol=1e-6):
-        return Value(b.shape, b.dtype, q, b.perm, data=b.data.astype(np.int32))
+        return Value(b.shape, dtype, q, b.perm, data=b.data.astype(dtype))
     # a bias shared by several ops carries one op's scale: requantize it for this one
     real = (b.data.astype(np.float64) - np.asarray(b.q.zero_point)) * np.asarray(b.q.scale)
     return ctx.const_value(real, q)
@@ -103,6 +107,7 @@ def _slice_q(q: QParams, lo: int, hi: int) -> QParams:
           at.conv_transpose1d: "conv_transpose", at.conv_transpose2d: "conv_transpose"},
     checks=(static_shapes, conv_is_1d_or_2d, weights_are_constant, transposed_supported,
             neutron_weight_volume, neutron_kernel_limits),
+    int16=True,
 )
 def convert_convolution(ctx: Context, node: Node) -> None:
     a = bind(node)

@@ -62,7 +62,7 @@ def _transposed(w: Value) -> Value:
 
 
 @operator(aten.linear.default, aten=(at.linear,), annotate="conv_linear",
-          preserve=(at.linear.default,), checks=(static_shapes,))
+          preserve=(at.linear.default,), checks=(static_shapes,), int16=True)
 def convert_linear(ctx: Context, node: Node) -> None:
     a = bind(node)
     w = ctx.value(a.weight)

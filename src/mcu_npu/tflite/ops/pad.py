@@ -22,7 +22,7 @@ def non_negative_pads(node: Node, target=None) -> bool:
 
 
 @operator(aten.constant_pad_nd.default, aten=(at.pad, at.constant_pad_nd), annotate="shared",
-          checks=(static_shapes, non_negative_pads))
+          checks=(static_shapes, non_negative_pads), int16=True)
 def convert_pad(ctx: Context, node: Node) -> None:
     a = bind(node)
     x = ctx.value(a.self)

@@ -10,10 +10,11 @@ TFLite pools need the same input and output quantization; the quantizer shares i
 Padding: PyTorch pads ``padding`` on both sides, and with ``ceil_mode`` its last window may
 also overhang the bottom / right edge (``overhang`` below). SAME is used where it places the
 same windows; otherwise the input is padded explicitly and pooled VALID. Max pooling pads
-with the lowest int8 value, so padding never wins and every layout is exact. Average
-pooling pads with zero, which TFLite counts in the divisor: that equals PyTorch's
-``count_include_pad=True`` where no window overhangs (PyTorch never counts the overhang);
-TFLite SAME counts only real elements, which equals PyTorch where it counts no padding.
+with the lowest value of the activations' integer type (int8 or int16), so padding never
+wins and every layout is exact. Average pooling pads with zero, which TFLite counts in the
+divisor: that equals PyTorch's ``count_include_pad=True`` where no window overhangs (PyTorch
+never counts the overhang); TFLite SAME counts only real elements, which equals PyTorch where
+it counts no padding.
 """
 
 from __future__ import annotations
@@ -165,8 +166,8 @@ def _pool(ctx: Context, code: int, src: int, dst: int, kernel, stride, padding) 
 
 
 def _padded(ctx, node, src: int, x: Value, pads, fill: int | None) -> int:
-    """NHWC ``src`` padded by ``pads`` ((before, after) for H and W), with int8 ``fill``
-    (None: the zero point)."""
+    """NHWC ``src`` padded by ``pads`` ((before, after) for H and W), with the integer
+    ``fill`` (None: the zero point)."""
     n, h, w, c = ctx.builder.tensor(src).shape
     shape = (n, h + sum(pads[0]), w + sum(pads[1]), c)
     dst = ctx.builder.add_tensor(f"{node.name}/pad", shape, x.dtype, scale=x.q.scale,
@@ -183,7 +184,7 @@ def _padded(ctx, node, src: int, x: Value, pads, fill: int | None) -> int:
 @operator(aten.max_pool2d_with_indices.default, aten.max_pool2d.default,
           aten=(at.max_pool2d,), annotate="shared",
           checks=(static_shapes, three_or_four_dims, no_dilation, indices_unused,
-                  neutron_pool_limits))
+                  neutron_pool_limits), int16=True)
 def convert_max_pool(ctx: Context, node: Node) -> None:
     x = ctx.value(node.args[0])
     win = Window(node)
@@ -204,7 +205,7 @@ def convert_max_pool(ctx: Context, node: Node) -> None:
 @operator(aten.avg_pool2d.default,
           aten=(at.avg_pool2d,), annotate="shared",
           checks=(static_shapes, three_or_four_dims, no_divisor_override,
-                  avg_padding_expressible, neutron_pool_limits))
+                  avg_padding_expressible, neutron_pool_limits), int16=True)
 def convert_avg_pool(ctx: Context, node: Node) -> None:
     a = bind(node)
     x = ctx.value(a.self)
@@ -223,7 +224,7 @@ def convert_avg_pool(ctx: Context, node: Node) -> None:
 
 @operator(aten._adaptive_avg_pool2d.default, aten=(at.adaptive_avg_pool2d,),
           annotate="shared",
-          checks=(static_shapes, three_or_four_dims, adaptive_divisible))
+          checks=(static_shapes, three_or_four_dims, adaptive_divisible), int16=True)
 def convert_adaptive_avg_pool(ctx: Context, node: Node) -> None:
     x = ctx.value(node.args[0])
     out, dst = _output(ctx, node, node)

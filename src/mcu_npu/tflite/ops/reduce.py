@@ -43,8 +43,20 @@ def _as_width(tshape, axes) -> tuple[int, int, int] | None:
     return math.prod(tshape[:axes[0]]), reduced, math.prod(tshape[axes[-1] + 1:])
 
 
+MAX_INT16_MEAN = 2**16
+"""Elements an int16 MEAN may reduce: Vela's ``mean_kernel_product_int16``."""
+
+
+def int16_mean_fits(node: Node) -> bool:
+    """An int16 mean reduces at most 65,536 elements (Vela's 16x8 MEAN)."""
+    a = bind(node)
+    shape = node.args[0].meta["val"].shape
+    dims = {d % len(shape) for d in (a.dim if a.dim else range(len(shape)))}
+    return math.prod(int(shape[d]) for d in dims) <= MAX_INT16_MEAN
+
+
 @operator(aten.mean.dim, aten=(at.mean,), annotate="unary",
-          checks=(static_shapes,))
+          checks=(static_shapes,), int16=int16_mean_fits)
 def convert_mean(ctx: Context, node: Node) -> None:
     a = bind(node)
     x = ctx.value(a.self)

@@ -51,7 +51,7 @@ def reshape(ctx: Context, node: Node, x: Value, out_shape) -> Value:
           aten.squeeze_copy.default, aten.unsqueeze_copy.default, aten.alias_copy.default,
           aten=(at.view, at.reshape, at.flatten, at.unflatten, at.squeeze, at.unsqueeze),
           annotate="shared",
-          checks=(static_shapes,))
+          checks=(static_shapes,), int16=True)
 def convert_view(ctx: Context, node: Node) -> None:
     ctx.define(node, reshape(ctx, node, ctx.value(node.args[0]), shape_of(node)))
 
@@ -59,7 +59,7 @@ def convert_view(ctx: Context, node: Node) -> None:
 @operator(aten.clone.default, dim_order._clone_dim_order.default,
           dim_order._to_dim_order_copy.default, aten=(at.clone, at.contiguous, at.dropout),
           annotate="shared",
-          checks=(static_shapes,))
+          checks=(static_shapes,), int16=True)
 def convert_clone(ctx: Context, node: Node) -> None:
     """Copies and dim-order changes: the TFLite tensor already has the layout it needs."""
     x = ctx.value(node.args[0])
@@ -68,7 +68,7 @@ def convert_clone(ctx: Context, node: Node) -> None:
 
 @operator(aten.permute_copy.default, aten=(at.permute, at.transpose, at.t),
           annotate="shared",
-          checks=(static_shapes,))
+          checks=(static_shapes,), int16=True)
 def convert_permute(ctx: Context, node: Node) -> None:
     """No data moves: the output is the same tensor with a composed layout."""
     x = ctx.value(node.args[0])
