@@ -100,7 +100,8 @@ def test_neutron_keeps_int8_and_says_why():
 def test_a_cpu_op_stays_int8_between_int16_npu_ops():
     """The linear runs on the Cortex-M (excluded from the NPU): it stays int8 with the
     reason, and the int16 NPU output reaching it is requantized on the CPU."""
-    prog = compile_net(precision="int16", operators_not_to_delegate=["aten.linear"])
+    prog = compile_net(squash=False, precision="int16",
+                       operators_not_to_delegate=["aten.linear"])
     linear = next(o for o in prog.report.ops if o.op == "aten.linear")
     assert linear.kernel == "cortex-m" and linear.precision == "int8"
     assert prog.report.precision["kept_int8"][linear.ident] == CPU_REASON

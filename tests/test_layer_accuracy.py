@@ -182,3 +182,15 @@ def test_recording_leaves_the_results_alone(broken_program):
     assert calls and all(calls)
     assert all(torch.equal(a, b) for a, b in zip(plain, recorded))
     assert _nth(prog, "aten.relu", BROKEN) in calls[0]  # tensors named after Edge nodes
+
+
+def test_a_conv1d_row_reads_its_nhwc_tensor_in_pytorch_layout():
+    """The converter lays a 1-D convolution out as NHWC [N, 1, L, C]: its row compares that
+    tensor with the reference's [N, C, L] (no gap), not a reshape of it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(6, 8, 3, padding=1), nn.ReLU()).eval()
+    samples = _samples((1, 6, 20), 4)
+    prog = mcu_npu.compile(model, samples[0], target="corstone-300", calibration=samples)
+    (row,) = [r for r in prog.accuracy(samples[:2]) if r["op"] == "aten.convolution"]
+    assert row["source"] == SOURCE_NPU
+    assert abs(row["gap_db"]) < 0.5 and row["max_error_steps"] <= 1, row

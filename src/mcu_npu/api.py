@@ -350,12 +350,15 @@ def _quantize_ptq(graph, example_inputs, samples, target, options: PlanOptions,
               "edge": lambda: stage(_TO_EDGE),
               "check": lambda: stage("deciding what the NPU runs" if fallback
                                      else "delegating to the NPU", _exclude_hint)}
-    decided, reference, edge = trial(graph, target, replace(options, calibration=samples),
+    # with int16 asked for, the trial only places (its checks read no quantization values)
+    # and the program is quantized again anyway: one calibration sample does
+    decided, reference, edge = trial(graph, target,
+                                     replace(options, calibration=samples[:1] if mixed
+                                             else samples),
                                      graph_in_place=not fallback and not mixed,
                                      example_inputs=example_inputs, stages=stages)
     choice = resolve_precision(precision, graph, decided) if mixed else None
-    int16 = choice is not None and bool(choice.int16)
-    if not int16 and (not fallback or not decided.placement.cpu):
+    if not mixed and (not fallback or not decided.placement.cpu):
         return reference, edge, decided, choice
     with stage("quantizing for the NPU and the Cortex-M kernels", _exclude_hint):
         quantizer = TargetQuantizer(target, plan=decided, precision=choice) if fallback \

@@ -173,7 +173,7 @@ def test_an_op_without_int16_conversion_stays_int8_inside_the_partition():
     assert all(o.placement == "NPU partition 0" for o in prog.report.ops), prog.report
     assert precision == {"aten.convolution": "int16", "aten.hardswish": "int8"}, prog.report
     (reason,) = prog.report.precision["kept_int8"].values()
-    assert reason == "no int16 (16x8) conversion for aten.hardswish"
+    assert reason.startswith("no int16 (16x8) conversion for aten.hardswish")
     assert "QUANTIZE" in prog.report.partitions[0].tflite_ops
     with torch.no_grad():
         exact = model(*inputs)

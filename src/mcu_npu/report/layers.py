@@ -28,6 +28,7 @@ reference (then ``gap_db`` and ``max_error_steps`` are large as well).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -306,16 +307,28 @@ def _host_value(tensor, reference: torch.Tensor):
     data = (tensor.data.astype(np.float64) - tensor.zero_point) * np.float32(tensor.scale)
     shape = tuple(reference.shape)
     best, best_err = None, math.inf
-    for perm in _layouts(len(shape)):
-        if tuple(shape[p] for p in perm) != tuple(data.shape):
-            continue
-        candidate = torch.from_numpy(np.ascontiguousarray(np.transpose(data, inverse(perm))))
-        err = float((candidate - reference).abs().max()) if candidate.numel() else 0.0
-        if err < best_err:  # shapes alike in two layouts (C == H == W): the closer one
-            best, best_err = candidate, err
+    for view in _without_unit_axes(data, len(shape)):  # a conv1d's NHWC [N, 1, L, C]
+        for perm in _layouts(len(shape)):
+            if tuple(shape[p] for p in perm) != tuple(view.shape):
+                continue
+            candidate = torch.from_numpy(np.ascontiguousarray(np.transpose(view, inverse(perm))))
+            err = float((candidate - reference).abs().max()) if candidate.numel() else 0.0
+            if err < best_err:  # shapes alike in two layouts (C == H == W): the closer one
+                best, best_err = candidate, err
     if best is None and data.size == reference.numel() and data.ndim != len(shape):
         best = torch.from_numpy(data.reshape(shape))
     return best
+
+
+def _without_unit_axes(data: np.ndarray, rank: int) -> list[np.ndarray]:
+    """``data`` itself when it has ``rank`` axes; with more, each way of dropping size-1
+    axes down to ``rank`` (the converter lays a 1-D convolution out as 2-D)."""
+    extra = data.ndim - rank
+    if extra <= 0:
+        return [data] if extra == 0 else []
+    units = [i for i, d in enumerate(data.shape) if d == 1]
+    return [data.reshape([d for i, d in enumerate(data.shape) if i not in drop])
+            for drop in itertools.combinations(units, extra)]
 
 
 MOVEMENT_OPS = frozenset({"permute", "view", "reshape", "_unsafe_view", "squeeze", "unsqueeze",
