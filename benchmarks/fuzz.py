@@ -353,7 +353,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--targets", nargs="+", default=["imxrt700", "corstone-300", "corstone-320"])
+    ap.add_argument("--targets", nargs="+", default=["imxrt700", "corstone-300", "corstone-320"],
+                    help="target presets; TARGET/int16 compiles with int16 activations")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per network")
     ap.add_argument("--min-blocks", type=int, default=3)

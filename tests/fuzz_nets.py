@@ -562,7 +562,8 @@ def classify_compile_error(exc: BaseException) -> str | None:
 
 def check(spec, target: str, npu_compiler: str = "auto"):
     """Compile ``spec`` for ``target`` and check it. Returns "ok" or "unsupported" (a
-    deliberate ``UnsupportedModelError``); raises ``FuzzFailure`` otherwise. The checks:
+    deliberate ``UnsupportedModelError``); raises ``FuzzFailure`` otherwise. ``target`` may
+    name an activation precision after a slash (``corstone-300/int16``). The checks:
 
     - the builder's module exports (a failure there is the fuzzer's own bug: label "export");
     - the compile succeeds or refuses the model on purpose (``classify_compile_error``);
@@ -577,11 +578,12 @@ def check(spec, target: str, npu_compiler: str = "auto"):
     from mcu_npu.quantization.exact import run_exact
 
     model, example, calibration, tests = build(spec)
+    target, _, precision = target.partition("/")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             prog = mcu_npu.compile(model, example, target=target, calibration=calibration,
-                                   npu_compiler=npu_compiler)
+                                   npu_compiler=npu_compiler, precision=precision or None)
         except Exception as exc:  # noqa: BLE001
             label = classify_compile_error(exc)
             if label is None:
