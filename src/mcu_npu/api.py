@@ -258,11 +258,13 @@ def _compile(model, example_inputs, target, calibration, npu_compiler,
             with stage("deciding what the NPU runs", _exclude_hint):
                 planned = trial(graph, tgt, options)[0]
             choice = resolve_precision(precision, graph, planned)
-        quantizer = TargetQuantizer(tgt, is_qat=True, plan=planned, precision=choice) \
-            if cortex_m_core(tgt) and planned is not None else \
-            TargetQuantizer(tgt, is_qat=True, operators_not_to_delegate=excluded,
-                            npu_compiler=npu_compiler) \
-            if cortex_m_core(tgt) else NeutronQuantizer(is_qat=True, precision=choice)
+        if not cortex_m_core(tgt):
+            quantizer = NeutronQuantizer(is_qat=True, precision=choice)
+        elif planned is not None:  # the plan carries the exclusions and the compiler
+            quantizer = TargetQuantizer(tgt, is_qat=True, plan=planned, precision=choice)
+        else:
+            quantizer = TargetQuantizer(tgt, is_qat=True, operators_not_to_delegate=excluded,
+                                        npu_compiler=npu_compiler)
         with stage("quantization-aware training", _QAT_HINT):
             reference = quantize_qat(graph, example_inputs, _progress(samples, progress),
                                      train_fn, quantizer)
