@@ -1,0 +1,126 @@
+"""Models from a public model library (timm), as a user brings them: random weights, a small
+input, a few calibration samples. Shared by ``tests/test_model_library.py`` (a representative
+few, in CI) and ``benchmarks/model_library.py`` (the long list).
+
+timm imports torchvision, whose compiled operators do not load beside this torch build (its
+import fails registering fake kernels for ``torchvision::nms``); timm's models use none of
+them, so ``import_timm`` declares the two schemas torchvision looks up before importing it."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+INPUT = 96          # image side: small enough for a microcontroller, what users try first
+CALIBRATION = 8     # calibration samples
+TESTS = 8           # held-out inputs the numerics are measured on (all outputs together)
+
+# name -> timm keyword arguments. Families: plain and SE convnets, hard-swish, re-parameterised
+# branches, GroupNorm, weight-standardised convs, ConvNeXt-style, and transformers.
+MODELS: dict[str, dict] = {
+    "mobilenetv2_050": {},
+    "mobilenetv3_small_050": {},
+    "mobilenetv3_large_075": {},
+    "mobilenetv4_conv_small": {},
+    "efficientnet_b0": {},
+    "efficientnet_lite0": {},
+    "efficientnet_b0_gn": {},
+    "mnasnet_050": {},
+    "semnasnet_050": {},
+    "fbnetc_100": {},
+    "ghostnet_050": {},
+    "ghostnetv2_100": {},
+    "lcnet_050": {},
+    "tinynet_e": {},
+    "mixnet_s": {},
+    "hardcorenas_a": {},
+    "rexnet_100": {},
+    "resnet10t": {},
+    "resnet18": {},
+    "regnetx_002": {},
+    "regnety_002": {},
+    "repvgg_a0": {},
+    "mobileone_s0": {},
+    "repvit_m0_9": {},
+    "fastvit_t8": {},
+    "nf_regnet_b0": {},
+    "gernet_s": {},
+    "dla46_c": {},
+    "convnext_atto": {},
+    "convnextv2_atto": {},
+    "edgenext_xx_small": {},
+    "poolformer_s12": {},
+    "efficientvit_b0": {},
+    "efficientvit_m0": {"img_size": INPUT},
+    "mobilevit_xxs": {},
+    "mobilevitv2_050": {},
+    "levit_128s": {"img_size": INPUT},
+    "efficientformer_l1": {"img_size": INPUT},
+    "efficientformerv2_s0": {"img_size": INPUT},
+    "vit_tiny_patch16_224": {"img_size": INPUT},
+    "deit_tiny_patch16_224": {"img_size": INPUT},
+    "shvit_s1": {},
+    "tiny_vit_5m_224": {"img_size": INPUT},
+    "starnet_s050": {},
+}
+
+
+_TIMM = None
+
+
+def import_timm():
+    """timm, imported so that torchvision's missing compiled operators do not stop it."""
+    global _TIMM
+    if _TIMM is None:
+        for op in ("nms", "qnms"):
+            try:
+                torch.library.define(f"torchvision::{op}",
+                                     "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            except RuntimeError:  # already declared (torchvision's own library loaded)
+                pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import timm
+        _TIMM = timm
+    return _TIMM
+
+
+def build(name: str, seed: int = 0):
+    """(model, example inputs, calibration samples, held-out test inputs) for ``name``."""
+    timm = import_timm()
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = timm.create_model(name, pretrained=False, num_classes=10, **MODELS.get(name, {}))
+    model.eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    shape = (1, 3, INPUT, INPUT)
+    calibration = [(torch.randn(shape, generator=g),) for _ in range(CALIBRATION)]
+    tests = [(torch.randn(shape, generator=g),) for _ in range(TESTS)]
+    return model, calibration[0], calibration, tests
+
+
+def measure(prog, model, tests) -> dict:
+    """SQNR against the float model of the host run and of the quantized reference, over all
+    outputs of ``tests``."""
+    from mcu_npu.metrics import sqnr_db
+    from mcu_npu.quantization.exact import run_exact
+
+    outs = [prog.run(*t) for t in tests]
+    with torch.no_grad():
+        floats = [model(*t) for t in tests]
+        refs = [run_exact(prog.reference, *t) for t in tests]
+
+    def flat(xs):
+        parts = []
+        for x in xs:
+            x = x if isinstance(x, (list, tuple)) else [x]
+            parts += [t.detach().flatten().double() for t in x]
+        return torch.cat(parts)
+
+    flo, run, ref = flat(floats), flat(outs), flat(refs)
+    host, reference = sqnr_db(flo, run), sqnr_db(flo, ref)
+    return {"host_sqnr": host, "ref_sqnr": reference,
+            "finite": bool(torch.isfinite(run).all()) and not math.isnan(host)}
