@@ -94,12 +94,27 @@ def build(name: str, seed: int = 0):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = timm.create_model(name, pretrained=False, num_classes=10, **MODELS.get(name, {}))
-    model.eval()
     g = torch.Generator().manual_seed(seed + 1)
     shape = (1, 3, INPUT, INPUT)
     calibration = [(torch.randn(shape, generator=g),) for _ in range(CALIBRATION)]
     tests = [(torch.randn(shape, generator=g),) for _ in range(TESTS)]
-    return model, calibration[0], calibration, tests
+    settle_batch_norm(model, torch.cat([c[0] for c in calibration]))
+    return model.eval(), calibration[0], calibration, tests
+
+
+def settle_batch_norm(model: torch.nn.Module, batch: torch.Tensor) -> None:
+    """Give every BatchNorm the statistics of ``batch`` (one training-mode pass, no weight
+    updates), as training would: random weights with a BatchNorm's initial statistics (mean 0,
+    variance 1) make activations grow or vanish layer by layer, which no trained network
+    does, and the quantization figures would say more about that than about the compiler."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average: one pass sets the batch's statistics
+    model.train()
+    with torch.no_grad():
+        model(batch)
+    model.eval()
 
 
 def measure(prog, model, tests) -> dict:
