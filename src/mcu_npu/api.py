@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from .errors import ConfigError, InvalidProgramError, stage
+from .errors import ConfigError, InvalidProgramError, stage, stage_error
 from .files import write_atomic
 from .graph_ids import node_id
 from .npu import COMPILER_NAMES
@@ -272,7 +272,7 @@ def _compile(model, example_inputs, target, calibration, npu_compiler,
             edge = to_edge_program(reference, example_inputs)
         decided = options
     decided = plan_edge(edge, tgt, decided)
-    edge = lower(edge, decided, tgt)
+    edge, decided = lower(edge, decided, tgt)
     io_params = {}
     if io == "int8":
         edge, io_params = quantize_io(edge)
@@ -395,24 +395,63 @@ def plan_edge(edge, target, decided: Plan | PlanOptions) -> Plan:
 
 
 def lower(edge, plan: Plan, target=None):
-    """Delegate the NPU partitions of ``plan`` (``plan_edge``); on a target with a Cortex-M
-    CPU the rest runs as its int8 kernels."""
+    """(Edge program manager, the plan it was lowered with): the NPU partitions of ``plan``
+    (``plan_edge``) delegated and, on a target with a Cortex-M CPU, the rest on its int8
+    kernels.
+
+    The NPU side never fails the compile: a partition its NPU compiler fails on is planned
+    again with its nodes on the CPU, and where ExecuTorch's Cortex-M lowering fails the CPU
+    ops run as portable kernels; the report gives each such node the error as its reason."""
+    import copy
+
+    from .errors import PartitionError
+    from .partition.support import Rejection, VerdictCategory
+
     with stage("delegating to the NPU", _exclude_hint):
         from .passes.edge import RefreshStrides
 
         for method in edge.methods:
             RefreshStrides()(edge.exported_program(method))
-        edge = edge.to_backend(NpuPartitioner(plan=plan))
+    while True:
+        with stage("delegating to the NPU", _exclude_hint):
+            try:
+                delegated = edge.to_backend(NpuPartitioner(plan=plan))
+                break
+            except PartitionError as exc:
+                if not exc.nodes:
+                    raise
+                why = Rejection(f"the NPU compiler failed on its partition: {exc}",
+                                VerdictCategory.NPU_COMPILER)
+                rejected = {**plan.compiler_rejections, **{n: why for n in exc.nodes}}
+                plan = replace(plan_program(edge.exported_program(), plan.target,
+                                            plan.options, rejected=rejected),
+                               portable=plan.portable)
+    edge = delegated
+    with stage("delegating to the NPU", _exclude_hint):
         for method in edge.methods:
             keep_interfaces_only(edge.exported_program(method))
     core = cortex_m_core(target) if target is not None else None
     if core is not None:
         with stage("lowering to the Cortex-M kernels", _cpu_hint):
-            edge = lower_to_cortex_m(edge, core)
+            before = copy.deepcopy(edge)
+            try:
+                edge = lower_to_cortex_m(edge, core)
+            except Exception as exc:  # noqa: BLE001  (ExecuTorch's passes raise any type)
+                why = stage_error("lowering to the Cortex-M kernels", exc)
+                edge, plan = before, _all_portable(plan, str(why).splitlines()[0])
     with stage("delegating to the NPU"):
         for method in edge.methods:
             use_device_ids(edge.exported_program(method))
-    return edge
+    return edge, plan
+
+
+def _all_portable(plan: Plan, why: str) -> Plan:
+    """``plan`` with every CPU node on portable kernels, for ``why``."""
+    portable = dict(plan.portable)
+    for n in plan.nodes:
+        if n.partition is None and n.ident is not None and n.ident not in portable:
+            portable[n.ident] = f"portable kernels: {why}"
+    return replace(plan, portable=portable)
 
 
 def _check_layouts(program) -> None:

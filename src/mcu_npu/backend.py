@@ -22,7 +22,8 @@ from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch.export import ExportedProgram
 
 from .compile_spec import NpuCompileSpec
-from .errors import ConfigError
+from .errors import (ConfigError, ConversionError, McuNpuError, NpuCompilerError,
+                     PartitionError, first_line)
 from .npu.compilers import get_compiler
 from .payload import host_graph_key
 from .targets import NpuKind, get_target
@@ -33,8 +34,17 @@ from .tflite.describe import op_names
 def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
     spec = NpuCompileSpec.from_compile_specs(compile_specs)
     target = get_target(spec.target)
-    model = convert(edge_program, target)
-    artifact = get_compiler(spec.npu_compiler, target).compile(model, target)
+    compiler = get_compiler(spec.npu_compiler, target)
+    try:
+        model = convert(edge_program, target)
+        artifact = compiler.compile(model, target)
+    except (ConversionError, NpuCompilerError) as exc:
+        raise PartitionError(first_line(exc), nodes=compute_nodes(edge_program)) from exc
+    except McuNpuError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (a vendor compiler raises any type)
+        raise PartitionError(f"{type(exc).__name__}: {first_line(exc)}",
+                             nodes=compute_nodes(edge_program)) from exc
     info = {
         "compiler": artifact.compiler,
         "stats": dict(artifact.stats),
@@ -81,6 +91,17 @@ def backend_for(kind: NpuKind) -> type[BackendDetails]:
         return BACKENDS[kind]
     except KeyError:
         raise ConfigError(f"no mcu-npu backend for a {kind} NPU") from None
+
+
+def compute_nodes(partition: ExportedProgram) -> tuple[str, ...]:
+    """Names of the compute nodes of a partition (its calls other than quantize, dequantize
+    and tuple access): the nodes of the delegating program they were cut from."""
+    from .tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
+
+    skip = {*QUANTIZE, *DEQUANTIZE, *DEQUANTIZE_PER_CHANNEL}
+    return tuple(n.name for n in partition.graph.nodes
+                 if n.op == "call_function" and n.target not in skip
+                 and getattr(n.target, "__name__", "") != "getitem")
 
 
 def use_device_ids(exported_program: ExportedProgram) -> bool:

@@ -19,7 +19,21 @@ class UnsupportedModelError(McuNpuError):
 
 
 class ConversionError(UnsupportedModelError):
-    """A node reached the TFLite converter that it cannot convert."""
+    """A node reached the TFLite converter that it cannot convert; ``node`` names it (the
+    Edge node being converted) when known."""
+
+    def __init__(self, message: str, *, node: str | None = None):
+        super().__init__(message)
+        self.node = node
+
+
+class PartitionError(McuNpuError):
+    """An NPU partition could not be converted or compiled; ``nodes`` are its compute nodes
+    (Edge names), so the compile can plan them again on the CPU."""
+
+    def __init__(self, message: str, *, nodes: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.nodes = tuple(nodes)
 
 
 class NpuCompilerError(McuNpuError):

@@ -1,14 +1,16 @@
-"""Verdicts say why a node stays on the CPU with a category; the NPU compiler's check either
-settles or fails with what the user can do."""
+"""Verdicts say why a node stays on the CPU with a category; converting and checking the
+partitions always settles, moving what fails to the CPU with the reason."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 from torch import nn
 
 from helpers import quantized_edge
-from mcu_npu.errors import ConfigError, UnsupportedModelError
+from mcu_npu.errors import ConfigError
 from mcu_npu.partition import NpuPartitioner, SupportAnalysis, Verdict, VerdictCategory
 from mcu_npu.partition import partitioner as partitioner_module
 from mcu_npu.targets import NpuKind, NpuSpec, get_target
@@ -48,19 +50,45 @@ def test_verdict_category_from_its_value():
         Verdict("n", "op", False, "why", "elsewhere")
 
 
-def test_npu_compiler_that_never_settles_raises_what_to_do(edge_program, monkeypatch):
+def test_npu_compiler_refusing_no_node_of_a_partition_moves_the_partition(edge_program,
+                                                                         monkeypatch):
+    """A refusal that names no node of the partition cannot be pinned on one node: the
+    whole partition goes to the CPU with the compiler's words, and partitioning settles."""
     rounds = []
 
-    def refuses_forever(model, target):
+    def refuses_ghosts(model, target):
         rounds.append(1)
         return {f"ghost_{len(rounds)}": "refused"}
 
-    monkeypatch.setitem(partitioner_module.OPERATOR_CHECKS, "vela", refuses_forever)
-    partitioner = NpuPartitioner("corstone-300")
-    with pytest.raises(UnsupportedModelError, match="did not settle") as err:
-        partitioner.refine(edge_program)
-    assert "operators_not_to_delegate" in str(err.value) and "ghost_1" in str(err.value)
-    assert len(rounds) >= partitioner_module.MAX_REFINEMENTS
+    monkeypatch.setitem(partitioner_module.OPERATOR_CHECKS, "vela", refuses_ghosts)
+    rejected = NpuPartitioner("corstone-300").refine(edge_program)
+    assert rejected and len(rounds) == 2  # both convolutions' partitions, once each
+    assert all(r.category is VerdictCategory.NPU_COMPILER and "ghost_" in r.reason
+               for r in rejected.values())
+    assert {n.split("_default")[0] for n in rejected} == {"aten_convolution"}
+
+
+def test_a_conversion_failure_moves_that_node_to_the_cpu(edge_program, monkeypatch):
+    """A converter that fails on one node (a test double raising inside the conversion)
+    costs that node its NPU place, with the error as the reason; the rest stays."""
+    from mcu_npu.tflite import registry
+
+    conv_op = next(n.target for n in edge_program.graph.nodes
+                   if n.name == "aten_convolution_default_1")
+    entry = registry.REGISTRY[conv_op]
+
+    def fails_on_second(ctx, node):
+        if node.name == "aten_convolution_default_1":
+            raise IndexError("a converter bug")
+        return entry.convert(ctx, node)
+
+    monkeypatch.setitem(registry.REGISTRY, conv_op,
+                        dataclasses.replace(entry, convert=fails_on_second))
+    rejected = NpuPartitioner("imxrt700").refine(edge_program)
+    assert set(rejected) == {"aten_convolution_default_1"}
+    why = rejected["aten_convolution_default_1"]
+    assert why.category is VerdictCategory.CONVERSION
+    assert "IndexError: a converter bug" in why.reason
 
 
 def test_npu_kind_from_its_value_and_unknown_kinds():

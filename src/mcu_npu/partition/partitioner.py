@@ -8,7 +8,7 @@ reaches the compiler that it would reject."""
 from __future__ import annotations
 
 import operator
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import torch
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from ..backend import backend_for
 from ..compile_spec import NpuCompileSpec
-from ..errors import ConfigError, UnsupportedModelError
+from ..errors import ConfigError, ConversionError, first_line
 from ..npu.vela_support import vela_rejections
 from ..targets import Target, get_target
 from ..tflite import convert
@@ -38,10 +38,9 @@ PASS_THROUGH_OPS = {torch.ops.aten.view_copy.default, torch.ops.aten.squeeze_cop
                     torch.ops.dim_order_ops._clone_dim_order.default,
                     torch.ops.dim_order_ops._to_dim_order_copy.default}
 from .subgraph import partition_view
-from .support import SupportAnalysis
+from .support import Rejection, SupportAnalysis, VerdictCategory
 
 TAG = "mcu_npu_"
-MAX_REFINEMENTS = 8
 OPERATOR_CHECKS = {"vela": vela_rejections}
 """The vendor compilers' own operator checks, by ``NpuSpec.vendor_compiler``:
 (TFLiteModel, Target) -> node name -> the compiler's reason for refusing it."""
@@ -186,9 +185,17 @@ def compiler_check(target: Target):
 
 
 def refine(program: ExportedProgram, target: Target, excluded: Iterable[str] = (),
-           npu_compiler: str = "auto", placement=None) -> dict[str, str]:
-    """Ask the NPU compiler's own check about every proposed partition until it accepts them
-    all; returns node name -> the compiler's reason for the rest.
+           npu_compiler: str = "auto", placement=None,
+           rejected: Mapping[str, Rejection] | None = None) -> dict[str, Rejection]:
+    """Convert every proposed partition, and ask the NPU compiler's own check about it where
+    it has one, until all convert and the compiler accepts them; returns node name -> why
+    each other node was moved to the CPU (``rejected``, nodes already moved, included).
+
+    A node whose conversion fails (the converter names it) or that the compiler refuses is
+    moved to the CPU with the error or the compiler's reason, and the rest is partitioned
+    again; where a failure names no compute node of the partition, the whole partition
+    moves. Every round moves at least one node, so this settles: the NPU side never fails a
+    compile.
 
     Needs the program's real weights: ExecuTorch hands partitioners a copy whose constants
     are fake, so plan the Edge program before ``to_backend`` (``partition.plan``;
@@ -196,32 +203,64 @@ def refine(program: ExportedProgram, target: Target, excluded: Iterable[str] = (
     """
     uses_vendor = npu_compiler in ("auto", target.npu.vendor_compiler)
     check = compiler_check(target) if uses_vendor else None
-    rejected: dict[str, str] = {}
-    for _ in range(MAX_REFINEMENTS if check is not None else 0):
+    rejected = dict(rejected or {})
+    while True:
         analysis = SupportAnalysis(program, target, excluded, rejected, placement)
-        found = {}
+        found: dict[str, Rejection] = {}
         for group in propose(program, analysis):
             view = partition_view(program, group)
             if any(isinstance(t, FakeTensor) for t in view.state_dict.values()):
+                if check is None:  # converted with real weights when delegated
+                    continue
                 raise ConfigError(
                     f"{target.name}: plan the Edge program before to_backend "
                     "(NpuPartitioner(plan=mcu_npu.partition.plan.plan_program(edge_program, "
                     "target))) so the NPU compiler can check partitions with real weights")
-            found.update(check(convert(view, target), target))
+            found.update(group_rejections(view, group, analysis, target, check))
         if not found:
-            break
+            return rejected
         rejected.update(found)
-    else:
-        if check is not None:
-            raise UnsupportedModelError(
-                f"NPU partitioning did not settle on {target.name}: after "
-                f"{MAX_REFINEMENTS} rounds of moving the nodes "
-                f"{target.npu.vendor_compiler} refuses to the CPU, it still refuses "
-                f"{', '.join(sorted(found))}. To work around it, keep these nodes (or "
-                "their ops) on the CPU with operators_not_to_delegate=[...] (CLI: "
-                "--exclude), or compile with npu_compiler='reference' to check the model "
-                "on the host without the vendor compiler; please report this model")
-    return rejected
+
+
+def group_rejections(view: ExportedProgram, group: list[Node], analysis: SupportAnalysis,
+                     target: Target, check=None) -> dict[str, Rejection]:
+    """The compute nodes of ``group`` (converted as ``view``) that leave the NPU: the node
+    its conversion fails at, else those the compiler's ``check`` refuses. Never empty when
+    something failed: a failure that names no compute node of the group moves them all."""
+    compute = [n for n in group if n in analysis.verdicts and analysis.supported(n)]
+    try:
+        model = convert(view, target)
+    except ConversionError as exc:
+        why = Rejection(f"converting it for the NPU failed: {first_line(exc)}",
+                        VerdictCategory.CONVERSION)
+        return {n.name: why for n in _culprits([exc.node], group, compute) or compute}
+    refused = check(model, target) if check is not None else {}
+    found = {}
+    for name, reason in refused.items():
+        for node in _culprits([name], group, compute):
+            found[node.name] = Rejection(reason, VerdictCategory.NPU_COMPILER)
+    if refused and not found:
+        reason = "; ".join(f"{k}: {v}" for k, v in refused.items())
+        found = {n.name: Rejection(reason, VerdictCategory.NPU_COMPILER) for n in compute}
+    return found
+
+
+def _culprits(names, group: list[Node], compute: list[Node]) -> list[Node]:
+    """The compute nodes of ``compute`` behind the nodes ``names`` of ``group`` (a quantize,
+    a tuple access or a view behind a failure is the compute node that made its input)."""
+    by_name = {n.name: n for n in group}
+    members, wanted, found, seen = set(group), set(compute), [], set()
+    todo = [by_name[n] for n in names if n in by_name]
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node in wanted:
+            found.append(node)
+        else:
+            todo.extend(a for a in node.all_input_nodes if a in members)
+    return found
 
 
 class NpuPartitioner(Partitioner):

@@ -37,7 +37,7 @@ from ..macs import node_macs
 from ..targets import Target, get_target
 from .partitioner import is_pass_through, propose, refine
 from .placement import Placement
-from .support import SupportAnalysis, Verdict
+from .support import Rejection, SupportAnalysis, Verdict
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,8 @@ class Plan:
     ``placement``: the ATen node ids that stay on the CPU, with their verdicts;
     ``nodes``: every compute node of that Edge program; ``partitions``: the compute node
     names of each NPU partition, ``members`` every node each one delegates (quantize /
-    dequantize included); ``compiler_rejections``: Edge node name -> the NPU compiler's
-    reason for refusing it; ``portable``: ATen node id of a CPU node -> why the target's
+    dequantize included); ``compiler_rejections``: Edge node name -> why the node was moved
+    to the CPU when its partition was converted or compiled (``partitioner.refine``); ``portable``: ATen node id of a CPU node -> why the target's
     Cortex-M kernels cannot take it (it runs as a portable float kernel; empty where the
     target has no Cortex-M kernels or the plan was made from an Edge program alone)."""
 
@@ -107,7 +107,7 @@ class Plan:
     nodes: tuple[NodePlan, ...]
     partitions: tuple[tuple[str, ...], ...]
     members: tuple[tuple[str, ...], ...] = field(repr=False)
-    compiler_rejections: Mapping[str, str] = field(default_factory=dict, repr=False)
+    compiler_rejections: Mapping[str, Rejection] = field(default_factory=dict, repr=False)
     portable: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -158,18 +158,21 @@ def fingerprint(obj) -> str:
 
 
 def plan_program(program, target, options: PlanOptions = PlanOptions(),
-                 placement: Placement | None = None) -> Plan:
-    """The partitioner's decision for Edge program ``program`` (real weights needed where
-    the NPU compiler checks operators): the support checks, the NPU compiler's check of
-    every proposed partition, the partitions. ``placement`` defaults to the one stamped on
-    the program's nodes by the composed quantizer (none: every node is the checks')."""
+                 placement: Placement | None = None,
+                 rejected: Mapping[str, Rejection] | None = None) -> Plan:
+    """The partitioner's decision for Edge program ``program`` (real weights needed): the
+    support checks, the conversion of every proposed partition and the NPU compiler's check
+    of it, the partitions. ``placement`` defaults to the one stamped on the program's nodes
+    by the composed quantizer (none: every node is the checks'); ``rejected`` (Edge node
+    name -> why) are nodes already moved to the CPU (a partition the NPU compiler failed
+    on)."""
     if hasattr(program, "exported_program"):
         program = program.exported_program()
     target = get_target(target)
     if placement is None:
         placement = Placement.from_program(program)
     excluded = options.operators_not_to_delegate
-    rejected = refine(program, target, excluded, options.npu_compiler, placement)
+    rejected = refine(program, target, excluded, options.npu_compiler, placement, rejected)
     analysis = SupportAnalysis(program, target, excluded, rejected, placement)
     groups = propose(program, analysis)
     where = {n: k for k, group in enumerate(groups) for n in group}

@@ -57,6 +57,8 @@ class VerdictCategory(str, Enum):
     """Its converter's checks, the target's NPU limits among them, refuse it."""
     NPU_COMPILER = "npu-compiler"
     """The NPU compiler refuses it (``NpuPartitioner.refine``)."""
+    CONVERSION = "conversion-failed"
+    """Its conversion to the NPU's operators failed; the converter's error is the reason."""
 
     def __str__(self) -> str:
         return self.value
@@ -78,11 +80,21 @@ class Verdict:
             object.__setattr__(self, "category", VerdictCategory(self.category))
 
 
+@dataclass(frozen=True)
+class Rejection:
+    """Why a node that passed the checks was moved to the CPU when its partition was
+    converted or compiled (``partitioner.refine``)."""
+
+    reason: str
+    category: VerdictCategory = VerdictCategory.NPU_COMPILER
+
+
 class SupportAnalysis:
     """Placement decisions for every compute node of an Edge program."""
 
     def __init__(self, program: ExportedProgram, target: Target, excluded: Iterable[str] = (),
-                 compiler_rejections: dict[str, str] | None = None, placement=None):
+                 compiler_rejections: dict[str, str | Rejection] | None = None,
+                 placement=None):
         sig = program.graph_signature
         self.constants = {*sig.inputs_to_parameters, *sig.inputs_to_buffers,
                           *sig.inputs_to_lifted_tensor_constants}
@@ -172,9 +184,11 @@ class SupportAnalysis:
         reason = conv.rejection(node, self.target)
         if reason is not None:
             return Verdict(node.name, name, False, reason, VerdictCategory.NPU_LIMITS)
-        if node.name in self.compiler_rejections:
-            return Verdict(node.name, name, False, self.compiler_rejections[node.name],
-                           VerdictCategory.NPU_COMPILER)
+        rejection = self.compiler_rejections.get(node.name)
+        if rejection is not None:
+            if isinstance(rejection, str):
+                rejection = Rejection(rejection)
+            return Verdict(node.name, name, False, rejection.reason, rejection.category)
         return Verdict(node.name, name, True)
 
     def supported(self, node: Node) -> bool:

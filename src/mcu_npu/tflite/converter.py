@@ -8,13 +8,15 @@ for float boundaries, the quantization the caller applies).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx import Node
 
 from ..device_io import choose_layout
-from ..errors import ConversionError, InvalidProgramError
+from ..errors import ConversionError, InvalidProgramError, first_line
 from ..tflite_model import IOSpec, TFLiteModel
 from . import layout
 from .args import shape_of
@@ -50,26 +52,47 @@ def convert(program: ExportedProgram, target=None) -> TFLiteModel:
         builder.origin = node.name
         if _is(node, DEQUANTIZE + DEQUANTIZE_PER_CHANNEL):
             continue
-        if _is(node, QUANTIZE):
-            _convert_quantize(ctx, node)
-            continue
-        if node.target.__name__ == "getitem":
-            raise ConversionError(f"{node.name}: output of {node.args[0]} is not supported")
-        conv = lookup(node.target)
-        if conv is None:
-            raise ConversionError(f"{node.name}: no TFLite converter for {node.target}")
-        reason = conv.rejection(node, target)
-        if reason is not None:
-            raise ConversionError(f"{node.name} ({node.target}): {reason}")
-        conv.convert(ctx, node)
+        with _converting(node.name):
+            _convert_node(ctx, node, target)
 
     (out_node,) = [n for n in graph.nodes if n.op == "output"]
     outputs = []
     for i, arg in enumerate(out_node.args[0]):
         builder.origin = arg.name if isinstance(arg, Node) else builder.origin
-        outputs.append(_convert_output(ctx, arg, i))
+        with _converting(builder.origin):
+            outputs.append(_convert_output(ctx, arg, i))
     builder.set_io([s.index for s in inputs], [s.index for s in outputs])
     return TFLiteModel(builder.finish(), tuple(inputs), tuple(outputs), tuple(builder.op_origins))
+
+
+def _convert_node(ctx: Context, node: Node, target) -> None:
+    if _is(node, QUANTIZE):
+        _convert_quantize(ctx, node)
+        return
+    if node.target.__name__ == "getitem":
+        raise ConversionError(f"{node.name}: output of {node.args[0]} is not supported")
+    conv = lookup(node.target)
+    if conv is None:
+        raise ConversionError(f"{node.name}: no TFLite converter for {node.target}")
+    reason = conv.rejection(node, target)
+    if reason is not None:
+        raise ConversionError(f"{node.name} ({node.target}): {reason}")
+    conv.convert(ctx, node)
+
+
+@contextmanager
+def _converting(name: str):
+    """Any failure converting node ``name`` is a ``ConversionError`` naming it, so the
+    partitioner can leave that node to the CPU (a converter's own bug included)."""
+    try:
+        yield
+    except ConversionError as exc:
+        if exc.node is None:
+            exc.node = name
+        raise
+    except Exception as exc:  # noqa: BLE001  (numpy, flatbuffers and torch raise any type)
+        raise ConversionError(f"{name}: {type(exc).__name__}: {first_line(exc)}",
+                              node=name) from exc
 
 
 def _prefers_channels_last(node: Node) -> bool:
