@@ -120,22 +120,16 @@ def settle_batch_norm(model: torch.nn.Module, batch: torch.Tensor) -> None:
 def measure(prog, model, tests) -> dict:
     """SQNR against the float model of the host run and of the quantized reference, over all
     outputs of ``tests``."""
-    from mcu_npu.metrics import sqnr_db
+    from mcu_npu.metrics import flat_outputs, sqnr_db
     from mcu_npu.quantization.exact import run_exact
 
-    outs = [prog.run(*t) for t in tests]
+    flo, run, ref = [], [], []
     with torch.no_grad():
-        floats = [model(*t) for t in tests]
-        refs = [run_exact(prog.reference, *t) for t in tests]
-
-    def flat(xs):
-        parts = []
-        for x in xs:
-            x = x if isinstance(x, (list, tuple)) else [x]
-            parts += [t.detach().flatten().double() for t in x]
-        return torch.cat(parts)
-
-    flo, run, ref = flat(floats), flat(outs), flat(refs)
+        for t in tests:
+            flo += flat_outputs(model(*t))
+            run += flat_outputs(prog.run(*t))
+            ref += flat_outputs(run_exact(prog.reference, *t))
+    flo, run, ref = torch.cat(flo), torch.cat(run), torch.cat(ref)
     host, reference = sqnr_db(flo, run), sqnr_db(flo, ref)
     return {"host_sqnr": host, "ref_sqnr": reference,
             "finite": bool(torch.isfinite(run).all()) and not math.isnan(host)}

@@ -24,7 +24,7 @@ def test_every_drawn_spec_is_a_deterministic_exportable_module(spec):
     for (k, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
         assert torch.equal(a, b), k
     assert torch.equal(example[0], example2[0])
-    assert len(calibration) == spec["calibration"] and len(tests) == 2
+    assert len(calibration) == spec["calibration"] and len(tests) == fuzz_nets.TEST_INPUTS
     torch.export.export(model, example)
 
 

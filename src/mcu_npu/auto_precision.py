@@ -297,22 +297,15 @@ def _bytes(report) -> int | None:
 
 def host_sqnr_db(prog, samples: list[tuple]) -> float:
     """SQNR (dB) of the host-run ``prog`` against its float model on ``samples``, as
-    ``report.accuracy["sqnr_db"]`` is measured (first output)."""
-    from .metrics import sqnr_db
+    ``report.accuracy["sqnr_db"]`` is measured (all outputs)."""
+    from .metrics import flat_outputs, sqnr_db
 
     floats, tests = [], []
     with torch.no_grad():
         for sample in samples:
-            floats.append(_first(prog.float_model(*sample)).flatten())
-            out = prog.dequantize_outputs(prog.run(*prog.quantize_inputs(*sample)))
-            tests.append(_first(out).flatten())
+            floats += flat_outputs(prog.float_model(*sample))
+            tests += flat_outputs(prog.dequantize_outputs(prog.run(*prog.quantize_inputs(*sample))))
     return sqnr_db(torch.cat(floats), torch.cat(tests))
-
-
-def _first(out) -> torch.Tensor:
-    while isinstance(out, (list, tuple)):
-        out = out[0]
-    return out
 
 
 def _samples(samples) -> list[tuple]:

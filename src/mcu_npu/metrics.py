@@ -13,3 +13,11 @@ def sqnr_db(reference: torch.Tensor, test: torch.Tensor) -> float:
     if noise == 0:
         return float("inf")
     return float(10 * torch.log10(ref.pow(2).sum().clamp_min(1e-30) / noise))
+
+
+def flat_outputs(out) -> list[torch.Tensor]:
+    """Every tensor of a (nested) model output, flattened to float64, in order: whole-model
+    figures are measured over all outputs together."""
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in flat_outputs(o)]
+    return [torch.as_tensor(out).detach().flatten().double()]
