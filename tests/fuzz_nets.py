@@ -117,6 +117,81 @@ class SqueezeExcite(nn.Module):
         return x * self.gate(self.f2(self.act(self.f1(w))))
 
 
+# shapes public model libraries use (timm): each was a compile failure or a CPU op once
+class ClassToken(nn.Module):
+    """A learned token expanded to the batch and put before the tokens (ViT, DeiT)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(1, 1, width) * 0.5)
+
+    def forward(self, x):
+        return torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1)
+
+
+class BiasTable(nn.Module):
+    """A learned table read through a constant index buffer and added (LeViT's attention
+    biases)."""
+
+    def __init__(self, tokens: int, width: int):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(width, 2 * tokens - 1) * 0.5)
+        pos = torch.arange(tokens)
+        self.register_buffer("idx", (pos[:, None] - pos[None, :]).abs(), persistent=False)
+
+    def forward(self, x):  # x: [B, T, F]
+        return x + self.table[:, self.idx].sum(-1).transpose(0, 1)
+
+
+class Masked(nn.Module):
+    """A boolean mask built from constants, inverted, then masked_fill (EdgeNeXt)."""
+
+    def __init__(self, tokens: int, keep: int):
+        super().__init__()
+        self.register_buffer("mask", torch.arange(tokens) < keep, persistent=False)
+
+    def forward(self, x):  # x: [B, T, F]
+        return x.masked_fill(~self.mask[None, :, None], 0.0)
+
+
+class ChunkOne(nn.Module):
+    """A split whose second piece is never read (MobileViTv2, SHViT)."""
+
+    def __init__(self, dim: int, body: nn.Module):
+        super().__init__()
+        self.dim, self.body = dim, body
+
+    def forward(self, x):
+        a, _ = torch.split(x, [x.shape[self.dim] - x.shape[self.dim] // 2,
+                               x.shape[self.dim] // 2], dim=self.dim)
+        return self.body(a)
+
+
+class InPlaceAdd(nn.Module):
+    """``out = body(x); out += x`` (MobileOne)."""
+
+    def __init__(self, body: nn.Module):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        out = self.body(x)
+        out += x
+        return out
+
+
+class AutocastOff(nn.Module):
+    """A region run with autocast disabled (EfficientViT)."""
+
+    def __init__(self, body: nn.Module):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        with torch.autocast(device_type="cpu", enabled=False):
+            return self.body(x.float())
+
+
 class FuzzNet(nn.Module):
     """The blocks of a spec in sequence."""
 
@@ -372,6 +447,38 @@ def _b_to_image(kind, shape, p):
         "image"
 
 
+def _b_class_token(kind, shape, p):
+    return ClassToken(shape[-1]), kind
+
+
+def _b_bias_table(kind, shape, p):
+    return BiasTable(shape[1], shape[2]), kind
+
+
+def _b_mask(kind, shape, p):
+    return Masked(shape[1], 1 + p["keep"] % shape[1]), kind
+
+
+def _b_chunk(kind, shape, p):
+    dim = {"image": 1, "seq": 1, "tokens": 2, "flat": 1}[kind]
+    if shape[dim] < 2:
+        return Lambda(lambda x: x, "identity"), kind
+    return ChunkOne(dim, activation(p["act"])), kind
+
+
+def _b_inplace_add(kind, shape, p):
+    return InPlaceAdd(_same_body(kind, shape, p)), kind
+
+
+def _b_autocast_off(kind, shape, p):
+    return AutocastOff(_same_body(kind, shape, p)), kind
+
+
+def _b_group_norm(kind, shape, p):
+    c = shape[1]
+    return nn.GroupNorm(_pick(_divisors(c), p["groups"]), c), kind
+
+
 def _b_batch(kind, shape, p):
     return Lambda(lambda x: x.unsqueeze(0), "unsqueeze(0)"), kind
 
@@ -424,6 +531,13 @@ BLOCKS = {
     "to_tokens": (("image", "seq", "flat"), False, _HOW, _b_to_tokens),
     "to_image": (("seq", "flat"), False, _HOW, _b_to_image),
     "batch": (SPATIAL, "only", _NONE, _b_batch),
+    "class_token": (("tokens",), False, _NONE, _b_class_token),
+    "bias_table": (("tokens",), False, _NONE, _b_bias_table),
+    "mask": (("tokens",), False, st.fixed_dictionaries({"keep": I(0, 7)}), _b_mask),
+    "chunk": (BATCHED, False, st.fixed_dictionaries({"act": _ACT}), _b_chunk),
+    "inplace_add": (BATCHED, True, _BODY, _b_inplace_add),
+    "autocast_off": (BATCHED, True, _BODY, _b_autocast_off),
+    "group_norm": (SPATIAL, False, st.fixed_dictionaries({"groups": I(0, 5)}), _b_group_norm),
 }
 
 # Size limits that keep every network small (the compile of one takes seconds).
