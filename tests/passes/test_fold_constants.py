@@ -219,6 +219,32 @@ def test_random_creation_and_mutating_ops_are_left():
     assert {aten.rand.default, aten.zeros.default, aten.mul.Tensor} <= ops
 
 
+class Ramp(nn.Module):
+    """A ramp made by arange, and zeros, read by run-time ops."""
+
+    def forward(self, x):
+        return torch.relu(x + torch.arange(6.0)) + torch.zeros(6)
+
+
+def test_arange_read_at_run_time_is_stored_and_zeros_stay():
+    """``arange`` has no int8 form and becomes a constant; ``zeros`` stays for the converter
+    (``full``) and FoldLinearOfZeros."""
+    gm, modified = fold(Ramp(), torch.randn(1, 3, 6))
+    assert modified and aten.arange.default not in targets(gm)
+    assert aten.zeros.default in targets(gm)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_arange_read_at_run_time_compiles_to_the_npu(target):
+    inputs = (torch.randn(1, 3, 6),)
+    prog = mcu_npu.compile(Ramp(), inputs, target=target, calibration=calibration_set(inputs))
+    assert prog.report.summary["ops_on_cpu"] == 0, prog.report
+    expected = as_list(prog.reference(*inputs))
+    got = prog.run(*inputs)
+    for e, g, step in zip(expected, got, reference_output_steps(prog.reference)):
+        assert float((g - e).abs().max()) / step <= 1.0 + 1e-3
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_compiles_with_constants_on_the_npu(name, target):

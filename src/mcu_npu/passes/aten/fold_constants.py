@@ -27,8 +27,8 @@ Not folded: random ops, ops that mutate an input (in place, or a training-mode b
 that updates its running statistics) and what reads an attribute they mutate, ops outside the ``aten`` namespace (quantize /
 dequantize, custom ops), uninitialised ``empty`` tensors, results without a static shape or
 that are not tensors, and the recurrent passes' state values (``STATE_KEY``, which the
-quantizer groups). A creation op read directly at run time stays as it is: it is a constant
-already (the converter folds ``full``; ``FoldLinearOfZeros`` recognizes a zero state by it).
+quantizer groups). A ``zeros`` / ``ones`` / ``full`` read directly at run time stays as it is:
+the converter folds ``full``, and ``FoldLinearOfZeros`` recognizes a zero state by it.
 Bound: a result is folded only if it has at most ``MAX_ELEMENTS`` elements (2**18: 256 KiB
 as int8) or at most ``MAX_GROWTH`` (4) times the elements of its tensor inputs, so a
 broadcast the run-time op would do for free is not stored large.
@@ -54,6 +54,8 @@ MAX_GROWTH = 4
 
 _UNINITIALISED = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty,
                   aten.new_empty_strided, aten.empty_permuted}
+_FILLED = {aten.zeros, aten.ones, aten.full, aten.zeros_like, aten.ones_like, aten.full_like,
+           aten.new_zeros, aten.new_ones, aten.new_full, aten.scalar_tensor}
 _BATCH_NORMS = {aten.batch_norm, aten.instance_norm, aten._native_batch_norm_legit,
                 aten.native_batch_norm, aten._batch_norm_impl_index}
 
@@ -85,8 +87,8 @@ class FoldConstants(PassBase):
         modified = False
         for node in list(values):
             if node.op != "call_function" or all(u in values for u in node.users) or \
-                    not node.all_input_nodes or not isinstance(values[node], torch.Tensor):
-                continue  # read only by constants, a creation op, or not a tensor
+                    _filled(node) or not isinstance(values[node], torch.Tensor):
+                continue  # read only by constants, a filled tensor, or not a tensor
             node.replace_all_uses_with(_constant_node(graph_module, node, values[node],
                                                       trainable[node], mode))
             modified = True
@@ -126,6 +128,11 @@ def _foldable(node: Node, values: dict) -> bool:
     inputs = sum(values[n].numel() for n in node.all_input_nodes
                  if isinstance(values[n], torch.Tensor))
     return size <= max(MAX_ELEMENTS, MAX_GROWTH * inputs)
+
+
+def _filled(node: Node) -> bool:
+    """A tensor of one value, made in the graph."""
+    return getattr(node.target, "overloadpacket", None) in _FILLED
 
 
 def _updates_statistics(node: Node) -> bool:
