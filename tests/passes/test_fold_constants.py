@@ -272,3 +272,22 @@ def test_compiles_with_constants_on_the_npu(name, target):
     for e, g, step in zip(expected, got, reference_output_steps(prog.reference)):
         assert g.shape == e.shape
         assert float((g - e).abs().max()) / step <= 1.0 + 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,cpu_ops", [
+    ("vit_tiny_patch16_224", set()),          # class token: expand + cat
+    ("levit_128s", {"aten.div.Tensor"}),      # bias tables; the distilled head's (a + b) / 2
+])
+def test_timm_models_with_constant_subgraphs_compile(name, cpu_ops):
+    """Whole timm models that failed on ops over constants compile for corstone-320 with
+    every cat and add on the NPU, and the host run is within 1 dB of the reference's SQNR
+    over 8 inputs."""
+    import model_library
+
+    model, example, calibration, tests = model_library.build(name)
+    prog = mcu_npu.compile(model, example, target="corstone-320", calibration=calibration)
+    off = {o.op for o in prog.report.ops if not o.placement.startswith("NPU partition")}
+    assert off <= cpu_ops, prog.report
+    measured = model_library.measure(prog, model, tests)
+    assert measured["host_sqnr"] >= measured["ref_sqnr"] - 1.0, measured
