@@ -274,6 +274,30 @@ def test_compiles_with_constants_on_the_npu(name, target):
         assert float((g - e).abs().max()) / step <= 1.0 + 1e-3
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_quantization_aware_training_trains_folded_weights(target):
+    """Standardised weights folded from parameters stay parameters: QAT trains them."""
+    trained = {}
+
+    def train(gm):  # one step of training on the fake-quantized graph
+        folded = {n: p.detach().clone() for n, p in gm.named_parameters()
+                  if n.startswith("_mcu_npu_folded")}
+        opt = torch.optim.SGD(gm.parameters(), lr=1e-2)
+        gm(*inputs).square().mean().backward()
+        opt.step()
+        params = dict(gm.named_parameters())
+        trained.update({n: not torch.equal(params[n], v) for n, v in folded.items()})
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 3, 8, 8),)
+    prog = mcu_npu.compile(StandardisedConvs().eval(), inputs, target=target,
+                           calibration=calibration_set(inputs), train_fn=train)
+    assert len(trained) == 2 and all(trained.values()), trained
+    got, expected = prog.run(*inputs)[0], prog.reference(*inputs)
+    assert float((got - expected).abs().max()) / reference_output_steps(prog.reference)[0] \
+        <= 1.0 + 1e-3
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name,cpu_ops", [
     ("vit_tiny_patch16_224", set()),          # class token: expand + cat
