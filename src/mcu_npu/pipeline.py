@@ -27,7 +27,9 @@ def default_aten_passes(target) -> list:
     where the device rounds them; a linear layer with a run-time weight becomes a
     matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
     steps whose output is never read are not computed, a zero initial state costs no
-    recurrent matmul, and per-step outputs are gathered without a copy each; unbinds become
+    recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
+    from constants alone is computed once, into a constant (a class token's expand, a bias
+    table's index, a standardised weight), so convolutions get plain weights; unbinds become
     selects; attention, batched matmuls and layer normalization become the bmm, softmax and
     elementwise ops NPUs run, each quantized on its own, and a reshape that needs a copy
     makes it explicit, so the copy is quantized too; a BatchNorm that no convolution or
@@ -36,13 +38,13 @@ def default_aten_passes(target) -> list:
     from .passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
                               DecomposeLayerNorm, DecomposeMatmul, DecomposeReshape,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
-                              DecomposeUnbind,
+                              DecomposeUnbind, FoldConstants,
                               FoldLinearOfZeros, FoldSelectOfCat, LinearOfActivations,
                               StackByConcat)
 
     return [AddBatchDimension(), LinearOfActivations(), DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
-            FoldSelectOfCat(), FoldLinearOfZeros(), StackByConcat(),
+            FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeReshape(),
             ConvertBatchNormToDepthwise()]

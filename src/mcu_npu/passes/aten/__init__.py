@@ -15,6 +15,7 @@ from mcu_npu.passes.aten.decompose_scaled_dot_product_attention import (
     DecomposeScaledDotProductAttention,
 )
 from mcu_npu.passes.aten.decompose_unbind import DecomposeUnbind
+from mcu_npu.passes.aten.fold_constants import FoldConstants
 from mcu_npu.passes.aten.fold_linear_of_zeros import FoldLinearOfZeros
 from mcu_npu.passes.aten.fold_select_of_cat import FoldSelectOfCat
 from mcu_npu.passes.aten.linear_of_activations import LinearOfActivations
@@ -25,5 +26,5 @@ __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "DecomposeGRU", "
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
            "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
            "DecomposeUnbind",
-           "FoldLinearOfZeros", "FoldSelectOfCat", "LinearOfActivations",
+           "FoldConstants", "FoldLinearOfZeros", "FoldSelectOfCat", "LinearOfActivations",
            "ProjSizeNotSupportedError", "SplitGRUByLayers", "StackByConcat", "decompose_on_cpu"]
