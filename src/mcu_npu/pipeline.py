@@ -28,13 +28,14 @@ def default_aten_passes(target) -> list:
     matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
     steps whose output is never read are not computed, a zero initial state costs no
     recurrent matmul, and per-step outputs are gathered without a copy each; unbinds become
-    selects; attention, batched matmuls and layer normalization become the bmm, softmax and
-    elementwise ops NPUs run, each quantized on its own, and a reshape that needs a copy
-    makes it explicit, so the copy is quantized too; a BatchNorm that no convolution or
+    selects; attention, batched matmuls and layer, group and instance normalization become
+    the bmm, softmax, mean and elementwise ops NPUs run, each quantized on its own, and a
+    reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm that no convolution or
     linear layer absorbs becomes a depthwise convolution."""
     from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from .passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
-                              DecomposeLayerNorm, DecomposeMatmul, DecomposeReshape,
+                              DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
+                              DecomposeReshape,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind,
                               FoldLinearOfZeros, FoldSelectOfCat, LinearOfActivations,
@@ -44,7 +45,7 @@ def default_aten_passes(target) -> list:
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
-            DecomposeLayerNorm(), DecomposeReshape(),
+            DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
             ConvertBatchNormToDepthwise()]
 
 
