@@ -30,10 +30,12 @@ def default_aten_passes(target) -> list:
     recurrent matmul, and per-step outputs are gathered without a copy each; unbinds become
     selects; attention, batched matmuls and layer, group and instance normalization become
     the bmm, softmax, mean and elementwise ops NPUs run, each quantized on its own, and a
-    reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm that no convolution or
-    linear layer absorbs becomes a depthwise convolution."""
+    reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
+    that no convolution or linear layer absorbs becomes a depthwise convolution, and a
+    resize of a small map that the NPU cannot resize a linear layer over its positions."""
     from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from .passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
+                              ConvertResizeToLinear,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
                               DecomposeReshape,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
@@ -46,7 +48,7 @@ def default_aten_passes(target) -> list:
             FoldSelectOfCat(), FoldLinearOfZeros(), StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
-            ConvertBatchNormToDepthwise()]
+            ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]
 
 
 def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:

@@ -45,6 +45,10 @@ FACTORS = (1, 2, 4, 8)
 BILINEAR = (aten.upsample_bilinear2d.vec, aten.upsample_bilinear2d.default)
 NEAREST = (aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default)
 NEAREST_EXACT = (aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default)
+ATEN_BILINEAR = (at.upsample_bilinear2d.vec, at.upsample_bilinear2d.default)
+ATEN_RESIZES = (*ATEN_BILINEAR, at.upsample_nearest2d.vec, at.upsample_nearest2d.default,
+                at._upsample_nearest_exact2d.vec, at._upsample_nearest_exact2d.default)
+"""The same ops in an ATen graph (the checks read both; ``ConvertResizeToLinear``)."""
 
 
 def _sizes(node: Node) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -53,8 +57,12 @@ def _sizes(node: Node) -> tuple[tuple[int, int], tuple[int, int]]:
             tuple(int(d) for d in shape_of(node)[-2:]))
 
 
+def _bilinear(node: Node) -> bool:
+    return node.target in BILINEAR or node.target in ATEN_BILINEAR
+
+
 def _align_corners(node: Node) -> bool:
-    return node.target in BILINEAR and bool(bind(node).align_corners)
+    return _bilinear(node) and bool(bind(node).align_corners)
 
 
 def _scale_factors(node: Node):
@@ -116,19 +124,25 @@ def vela_resize_limits(node: Node, target=None) -> bool:
     fh, fw = _factors(node)
     if oh != 1 and ow != 1 and fh != fw:
         return False
-    if node.target in BILINEAR and not _align_corners(node):
+    if _bilinear(node) and not _align_corners(node):
         return (oh, ow) == (2 * ih, 2 * iw)
     return True
+
+
+RESIZE_CHECKS = (static_shapes, four_dims, scale_gives_output_size, npu_upscale_factors,
+                 vela_resize_limits)
+
+
+def npu_resizes(node: Node, target=None) -> bool:
+    """Whether the resize ``node`` (Edge or ATen) passes every check of this converter."""
+    return all(check(node, target) for check in RESIZE_CHECKS)
 
 
 @operator(*BILINEAR, *NEAREST, *NEAREST_EXACT,
           aten=(at.upsample_bilinear2d, at.upsample_nearest2d, at._upsample_nearest_exact2d),
           annotate="shared",
-          checks=(static_shapes, four_dims, scale_gives_output_size, npu_upscale_factors,
-                  vela_resize_limits),
-          preserve=(at.upsample_bilinear2d.vec, at.upsample_bilinear2d.default,
-                    at.upsample_nearest2d.vec, at.upsample_nearest2d.default,
-                    at._upsample_nearest_exact2d.vec, at._upsample_nearest_exact2d.default))
+          checks=RESIZE_CHECKS,
+          preserve=ATEN_RESIZES)
 def convert_resize(ctx: Context, node: Node) -> None:
     x = ctx.value(node.args[0])
     out = ctx.output_value(node, perm=NHWC)
