@@ -128,4 +128,12 @@ CASES = [
     ("constant_pad_nd", lambda: fn(lambda x: F.pad(x, (1, 2))), [(2, 3, 5)]),
     ("constant_pad_nd_4d", lambda: fn(lambda x: F.pad(x, (1, 1, 2, 0))), [(1, 3, 4, 5)]),
     ("constant_pad_nd_value", lambda: fn(lambda x: F.pad(x, (2, 1), value=0.5)), [(2, 6)]),
+    ("upsample_bilinear2d", lambda: fn(lambda x: F.interpolate(x, scale_factor=2,
+                                                               mode="bilinear")),
+     [(1, 3, 5, 6)]),
+    ("upsample_bilinear2d_align_corners",
+     lambda: fn(lambda x: F.interpolate(x, size=(9, 11), mode="bilinear", align_corners=True)),
+     [(1, 3, 5, 6)]),
+    ("upsample_nearest2d", lambda: fn(lambda x: F.interpolate(x, scale_factor=2)),
+     [(1, 4, 3, 5)]),
 ]

@@ -30,13 +30,16 @@ def default_aten_passes(target) -> list:
     recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
     from constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight), so convolutions get plain weights; unbinds become
-    selects; attention, batched matmuls and layer normalization become the bmm, softmax and
-    elementwise ops NPUs run, each quantized on its own, and a reshape that needs a copy
-    makes it explicit, so the copy is quantized too; a BatchNorm that no convolution or
-    linear layer absorbs becomes a depthwise convolution."""
+    selects; attention, batched matmuls and layer, group and instance normalization become
+    the bmm, softmax, mean and elementwise ops NPUs run, each quantized on its own, and a
+    reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
+    that no convolution or linear layer absorbs becomes a depthwise convolution, and a
+    resize of a small map that the NPU cannot resize a linear layer over its positions."""
     from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from .passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
-                              DecomposeLayerNorm, DecomposeMatmul, DecomposeReshape,
+                              ConvertResizeToLinear,
+                              DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
+                              DecomposeReshape,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind, FoldConstants,
                               FoldLinearOfZeros, FoldSelectOfCat, LinearOfActivations,
@@ -46,8 +49,8 @@ def default_aten_passes(target) -> list:
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
-            DecomposeLayerNorm(), DecomposeReshape(),
-            ConvertBatchNormToDepthwise()]
+            DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
+            ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]
 
 
 def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:

@@ -35,19 +35,51 @@ def relative(src: Perm, dst: Perm) -> Perm:
     return tuple(src.index(d) for d in dst)
 
 
+def _reshape_blocks(in_shape, out_shape) -> list[tuple[list[int], list[int]]] | None:
+    """The reshape as blocks ``(input axes, output axes)`` of equal element count, each the
+    smallest run of adjacent non-unit axes on both sides (one axis each for a squeeze or an
+    unsqueeze, several where axes merge or split); None when the sizes do not add up."""
+    src = [i for i, d in enumerate(in_shape) if d != 1]
+    dst = [i for i, d in enumerate(out_shape) if d != 1]
+    blocks, i, j = [], 0, 0
+    while i < len(src) and j < len(dst):
+        ins, outs = [src[i]], [dst[j]]
+        a, b = int(in_shape[src[i]]), int(out_shape[dst[j]])
+        while a != b:
+            if a < b and i + 1 < len(src):
+                i += 1
+                ins.append(src[i])
+                a *= int(in_shape[src[i]])
+            elif b < a and j + 1 < len(dst):
+                j += 1
+                outs.append(dst[j])
+                b *= int(out_shape[dst[j]])
+            else:
+                return None
+        blocks.append((ins, outs))
+        i, j = i + 1, j + 1
+    return blocks if i == len(src) and j == len(dst) else None
+
+
 def reshape_layout(in_shape, in_perm: Perm, out_shape) -> Perm | None:
     """A layout for a reshape's output that keeps the input's memory order, if one exists.
 
-    Succeeds when the reshape only inserts or removes size-1 axes (squeeze, unsqueeze,
-    such views): the non-1 axes map one to one and keep their order in memory. Prefers the
-    channels-last layout, then the identity, so layouts stay regular.
+    Succeeds when every block of axes the reshape merges or splits (a single axis for a
+    squeeze or an unsqueeze) lies in memory as one run, in its own axis order: a channels-
+    last (N, C, H, W) viewed as (N, G, C / G, H * W) keeps its bytes as (N, H * W, G, C / G).
+    Prefers the channels-last layout, then the identity, so layouts stay regular.
     """
-    src = [i for i, d in enumerate(in_shape) if d != 1]
-    dst = [i for i, d in enumerate(out_shape) if d != 1]
-    if [in_shape[i] for i in src] != [out_shape[i] for i in dst]:
+    blocks = _reshape_blocks(in_shape, out_shape)
+    if blocks is None:
         return None
-    to_out = dict(zip(src, dst))
-    memory = [to_out[d] for d in in_perm if in_shape[d] != 1]
+    memory_in = [d for d in in_perm if in_shape[d] != 1]
+    memory = []
+    pos = 0
+    for ins, outs in sorted(blocks, key=lambda blk: memory_in.index(blk[0][0])):
+        if memory_in[pos:pos + len(ins)] != ins:
+            return None
+        memory += outs
+        pos += len(ins)
     rank = len(out_shape)
     candidates = [channels_last(rank), identity(rank)]
     if in_perm == identity(len(in_perm)):

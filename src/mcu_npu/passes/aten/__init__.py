@@ -3,6 +3,8 @@
 from mcu_npu.passes.aten._recurrent import ProjSizeNotSupportedError
 from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
 from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
+from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
+from mcu_npu.passes.aten.decompose_group_norm import DecomposeGroupNorm
 from mcu_npu.passes.aten.decompose_gru import DecomposeGRU
 from mcu_npu.passes.aten.decompose_on_cpu import DecomposeOnCpu, decompose_on_cpu
 from mcu_npu.passes.aten.decompose_layer_norm import DecomposeLayerNorm
@@ -22,7 +24,9 @@ from mcu_npu.passes.aten.linear_of_activations import LinearOfActivations
 from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
-__all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "DecomposeGRU", "DecomposeLSTM",
+__all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertResizeToLinear",
+           "DecomposeGRU",
+           "DecomposeGroupNorm", "DecomposeLSTM",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
            "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
            "DecomposeUnbind",

@@ -2,7 +2,7 @@
 
 ``RecurrentCall`` reads one such node (flat weight list, flags, static shapes); ``Emitter``
 inserts new ATen nodes and gives each a fake-tensor ``meta["val"]`` so later passes (and a
-second pass of this family) still know shapes; ``decompose_recurrent`` unrolls every layer
+second pass of this family) still know shapes, and ``constant_attr`` adds a constant; ``decompose_recurrent`` unrolls every layer
 and direction over time around a per-gate-type cell function, with the input projection
 of the whole sequence hoisted into one ``aten.linear`` per layer and direction. A cell may
 have that projection cut into gate groups once, outside the loop (``Cell.input_groups``), so
@@ -136,6 +136,20 @@ class Emitter:
         if val is not None:
             node.meta["val"] = val
         return node
+
+
+def constant_attr(gm: GraphModule, near: Node, name: str, value: torch.Tensor) -> Node:
+    """A new constant of ``gm`` and the ``get_attr`` node reading it. A parameter, as a
+    convolution's weight is: ``prepare_pt2e`` folds a following BatchNorm into the
+    convolution by re-registering its weight and bias as parameters under the same names."""
+    name = "_mcu_npu_" + name
+    gm.register_parameter(name, torch.nn.Parameter(value, requires_grad=False))
+    with gm.graph.inserting_before(near):
+        node = gm.graph.get_attr(name)
+    mode = next((getattr(a.meta.get("val"), "fake_mode", None) for a in near.all_input_nodes
+                 if getattr(a.meta.get("val"), "fake_mode", None) is not None), None)
+    node.meta["val"] = mode.from_tensor(value) if mode is not None else value
+    return node
 
 
 def fake_value(op: Callable, args: Sequence, kwargs: dict | None = None):

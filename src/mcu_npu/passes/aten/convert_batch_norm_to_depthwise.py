@@ -28,7 +28,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from mcu_npu.passes.aten._recurrent import Emitter, finish
+from mcu_npu.passes.aten._recurrent import Emitter, constant_attr, finish
 
 aten = torch.ops.aten
 
@@ -110,9 +110,9 @@ class _BatchNorm:
         channels = shape[1]
         x = self.x if len(shape) > 2 else emit(aten.view.default, self.x, shape + [1])
         spatial = max(len(shape) - 2, 1)
-        weight = _attr(gm, node, f"{node.name}_depthwise_weight",
+        weight = constant_attr(gm, node, f"{node.name}_depthwise_weight",
                        self.scale.reshape([channels, 1] + [1] * spatial))
-        bias = _attr(gm, node, f"{node.name}_depthwise_bias", self.shift)
+        bias = constant_attr(gm, node, f"{node.name}_depthwise_bias", self.shift)
         conv = aten.conv2d.default if spatial == 2 else aten.conv1d.default
         out = emit(conv, x, weight, bias, [1] * spatial, [0] * spatial, [1] * spatial,
                    channels)
@@ -137,17 +137,3 @@ def _constant(node, gm: GraphModule) -> torch.Tensor | None:
         return None
     value = operator.attrgetter(node.target)(gm)
     return value.detach() if isinstance(value, torch.Tensor) else None
-
-
-def _attr(gm: GraphModule, near: Node, name: str, value: torch.Tensor) -> Node:
-    """A new constant of ``gm`` and the ``get_attr`` node reading it. A parameter, as a
-    convolution's weight is: ``prepare_pt2e`` folds a following BatchNorm into the
-    convolution by re-registering its weight and bias as parameters under the same names."""
-    name = "_mcu_npu_" + name
-    gm.register_parameter(name, torch.nn.Parameter(value, requires_grad=False))
-    with gm.graph.inserting_before(near):
-        node = gm.graph.get_attr(name)
-    mode = next((getattr(a.meta.get("val"), "fake_mode", None) for a in near.all_input_nodes
-                 if getattr(a.meta.get("val"), "fake_mode", None) is not None), None)
-    node.meta["val"] = mode.from_tensor(value) if mode is not None else value
-    return node

@@ -1,11 +1,12 @@
 """Reductions: mean over dims (MEAN, which requantizes; axes mapped through the layout).
 
 # aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None)
-Ethos-U reduces over height and width; over depth only when height or width is 1 (Vela:
-"Reduction over depth is only supported if any of h,w,c == 1"). A mean whose reduced axes
-lie elsewhere in memory (a channels-first input, e.g. a partition input in PyTorch's NCHW
-order, or the last axis of a 3-D tensor) but are contiguous there runs as the MEAN over the
-width of a [1, outer, reduced, inner] view of the same bytes: reshapes only, no transpose.
+Ethos-U reduces over height and width of a batch of one; over depth only when height or
+width is 1 (Vela: "Reduction over depth is only supported if any of h,w,c == 1"). A mean
+whose reduced axes lie elsewhere in memory (a channels-first input, e.g. a partition input
+in PyTorch's NCHW order, the last axis of a 3-D tensor, or any axes of a batch of several)
+but are contiguous there runs as the MEAN over the width of a [1, outer, reduced, inner]
+view of the same bytes: reshapes only, no transpose.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ MAX_REDUCED_WIDTH = 64 * 64
 
 def _spatial(tshape, axes) -> bool:
     """Whether ``axes`` of a TFLite tensor of shape ``tshape`` are among the height and width
-    of its 4-D (NHWC) form."""
+    of its 4-D (NHWC) form, and that form has a batch of one (Vela's MEAN takes no other)."""
     lead = 4 - len(tshape)
-    return lead >= 0 and all(a + lead in (1, 2) for a in axes)
+    return lead >= 0 and all(a + lead in (1, 2) for a in axes) and \
+        (lead > 0 or tshape[0] == 1)
 
 
 def _as_width(tshape, axes) -> tuple[int, int, int] | None:
