@@ -450,8 +450,9 @@ def _all_portable(plan: Plan, why: str) -> Plan:
     """``plan`` with every CPU node on portable kernels, for ``why``."""
     portable = dict(plan.portable)
     for n in plan.nodes:
-        if n.partition is None and n.ident is not None and n.ident not in portable:
-            portable[n.ident] = f"portable kernels: {why}"
+        if n.partition is None and n.ident is not None:
+            planned = portable.get(n.ident)
+            portable[n.ident] = f"{planned}; {why}" if planned else f"portable kernels: {why}"
     return replace(plan, portable=portable)
 
 
