@@ -29,14 +29,15 @@ def default_aten_passes(target) -> list:
     steps whose output is never read are not computed, a zero initial state costs no
     recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
     from constants alone is computed once, into a constant (a class token's expand, a bias
-    table's index, a standardised weight), so convolutions get plain weights; unbinds become
+    table's index, a standardised weight), so convolutions get plain weights, and a division
+    by a constant is a multiplication by its reciprocal; unbinds become
     selects; attention, batched matmuls and layer, group and instance normalization become
     the bmm, softmax, mean and elementwise ops NPUs run, each quantized on its own, and a
     reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
     that no convolution or linear layer absorbs becomes a depthwise convolution, and a
     resize of a small map that the NPU cannot resize a linear layer over its positions."""
     from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
-    from .passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
+    from .passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise, ConvertDivToMul,
                               ConvertResizeToLinear,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
                               DecomposeReshape,
@@ -47,7 +48,8 @@ def default_aten_passes(target) -> list:
 
     return [AddBatchDimension(), LinearOfActivations(), DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
-            FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), StackByConcat(),
+            FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
+            StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]

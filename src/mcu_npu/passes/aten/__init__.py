@@ -3,6 +3,7 @@
 from mcu_npu.passes.aten._recurrent import ProjSizeNotSupportedError
 from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
 from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
+from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
 from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
 from mcu_npu.passes.aten.decompose_group_norm import DecomposeGroupNorm
 from mcu_npu.passes.aten.decompose_gru import DecomposeGRU
@@ -24,7 +25,8 @@ from mcu_npu.passes.aten.linear_of_activations import LinearOfActivations
 from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
-__all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertResizeToLinear",
+__all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertDivToMul",
+           "ConvertResizeToLinear",
            "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
