@@ -2,7 +2,7 @@
 
 Before::
 
-    t = expand(cls_token, [1, -1, -1])                  # a learned class token
+    t = expand(cls_token, [2, -1, -1])                  # a learned class token, batch of 2
     y = cat([t, x], 1)
     b = index(attention_biases, [None, bias_idxs])     # a bias table read through an index buffer
     w = reshape_as(batch_norm(reshape(weight, [1, C, -1]), training=True), weight)
@@ -17,21 +17,22 @@ After::
 A node is constant when it is a parameter or buffer (``get_attr``), or an ATen call whose every
 tensor input is constant (a creation op such as ``arange``, ``zeros`` or ``full`` has none).
 Each constant read by a node that is not constant is evaluated in PyTorch, on the module's
-own values, and replaced by a ``get_attr`` of the result, a new parameter of the module when
-it is computed from parameters (so quantization-aware training still trains it), a buffer
-otherwise; the ops that made it are removed, and so are the attributes only they read. Such
-ops (expand, index, bitwise_not, batch norm on a weight, ...) have no int8 form, and a
-convolution's weight must be a constant for per-channel quantization.
+own values, and replaced by a ``get_attr`` of the result: the input attribute that holds it
+already (an expand to a batch of one), else a new parameter of the module when it is computed
+from parameters (so quantization-aware training still trains it), a buffer otherwise. The
+ops that made it are removed, and so are the attributes only they read. Such ops (expand,
+index, bitwise_not, batch norm on a weight, ...) have no int8 form, and a convolution's
+weight must be a constant for per-channel quantization.
 
-Not folded: random ops, ops that mutate an input (in place, or a training-mode batch norm
-that updates its running statistics) and what reads an attribute they mutate, ops outside the ``aten`` namespace (quantize /
-dequantize, custom ops), uninitialised ``empty`` tensors, results without a static shape or
-that are not tensors, and the recurrent passes' state values (``STATE_KEY``, which the
-quantizer groups). A ``zeros`` / ``ones`` / ``full`` read directly at run time stays as it is:
-the converter folds ``full``, and ``FoldLinearOfZeros`` recognizes a zero state by it.
-Bound: a result is folded only if it has at most ``MAX_ELEMENTS`` elements (2**18: 256 KiB
-as int8) or at most ``MAX_GROWTH`` (4) times the elements of its tensor inputs, so a
-broadcast the run-time op would do for free is not stored large.
+Not folded: random ops; ops that mutate an input (in place, or a training-mode batch norm
+that updates its running statistics) and whatever reads an attribute they mutate; ops outside
+the ``aten`` namespace (quantize / dequantize, custom ops); uninitialised ``empty`` tensors;
+results without a static shape or that are not tensors; the recurrent passes' state values
+(``STATE_KEY``, which the quantizer groups). A ``zeros`` / ``ones`` / ``full`` read directly at
+run time stays as it is: the converter folds ``full``, and ``FoldLinearOfZeros`` recognizes a
+zero state by it. Bound: a result is folded only if it has at most ``MAX_ELEMENTS`` elements
+(2**18: 256 KiB as int8) or at most ``MAX_GROWTH`` (4) times the elements of its tensor
+inputs, so a broadcast the run-time op would do for free is not stored large.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from torch.utils import _pytree as pytree
 
+from mcu_npu.fx_schema import bind
 from mcu_npu.passes.aten._recurrent import STATE_KEY, finish
 
 aten = torch.ops.aten
@@ -139,8 +141,6 @@ def _updates_statistics(node: Node) -> bool:
     """A training-mode batch norm given running statistics updates them in place."""
     if node.target.overloadpacket not in _BATCH_NORMS:
         return False
-    from mcu_npu.fx_schema import bind
-
     a = vars(bind(node))
     training = a.get("training", a.get("use_input_stats", False))
     return bool(training) and any(a.get(k) is not None for k in ("running_mean", "running_var"))
