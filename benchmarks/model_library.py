@@ -28,8 +28,11 @@ from collections import defaultdict
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 for _p in (os.path.join(ROOT, "src"), os.path.join(ROOT, "tests")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+    # first, even when PYTHONPATH names them: this script's own directory, which Python puts
+    # first, would otherwise make ``import model_library`` import this file
+    while _p in sys.path:
+        sys.path.remove(_p)
+    sys.path.insert(0, _p)
 
 TARGETS = ("imxrt700", "corstone-300", "corstone-320")
 
