@@ -83,3 +83,18 @@ def test_disabled_region_compiles_onto_the_npu(target):
         got, want = prog.run(*sample)[0], run_exact(prog.reference, *sample)
         assert float((got - want).abs().max()) / step <= allowed + 1e-3
 
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_region_enabling_autocast_compiles_with_its_ops_on_the_cpu(target):
+    """Its bfloat16 ops stay float on the CPU; the float64 reference runs through their
+    casts (every floating type is a double there) and the accuracy contract holds."""
+    example = _example()
+    cal = calibration_set(example, n=8, seed=1)
+    torch.manual_seed(0)
+    prog = mcu_npu.compile(LinearAttention(enabled=True).eval(), example, target,
+                           calibration=cal)
+    kernels = [(o.op, o.kernel) for o in prog.report.ops]
+    assert ("aten.bmm", Kernel.PORTABLE) in kernels and ("aten.bmm", Kernel.NPU) not in kernels
+    acc = prog.report.accuracy
+    assert acc["sqnr_db"] >= acc["reference_sqnr_db"] - 1.0, acc
+    assert run_exact(prog.reference, *example).dtype == torch.float32
