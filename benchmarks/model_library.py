@@ -28,8 +28,9 @@ from collections import defaultdict
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 for _p in (os.path.join(ROOT, "src"), os.path.join(ROOT, "tests")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+    if _p in sys.path:  # ahead of this script's folder, which holds a model_library.py too
+        sys.path.remove(_p)
+    sys.path.insert(0, _p)
 
 TARGETS = ("imxrt700", "corstone-300", "corstone-320")
 
