@@ -111,7 +111,25 @@ class RegressionHead(nn.Module):
         return self.head(torch.relu(self.conv(x)).mean((2, 3)))
 
 
+class InPlaceSums(nn.Module):
+    """MobileOne's block: the branches summed in place, ``out += 0`` where a branch is absent."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Conv2d(4, 4, 1)
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.identity = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        out = self.scale(x)
+        out += self.conv(x)
+        out += self.identity(x)
+        out += 0
+        return torch.relu(out)
+
+
 CASES = {
+    "in_place_sums": (InPlaceSums, [(1, 4, 8, 8)]),
     "bmm": (Bmm, [(2, 5, 8)]),
     "crnn": (CRNN, [(1, 1, 4, 6)]),
     "regression_head": (RegressionHead, [(1, 3, 8, 8)]),
@@ -251,6 +269,21 @@ def test_rules_match_what_the_lowering_does():
     assert "rank 3" in cortex_m_rejection(nodes(nn.AvgPool2d(2), (2, 8, 8))["avg_pool2d"])
     assert "divisor override" in cortex_m_rejection(
         nodes(nn.AvgPool2d(2, divisor_override=3), (1, 2, 8, 8))["avg_pool2d"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_in_place_sums_run_on_the_npu_or_on_cortex_m_kernels(target):
+    """``out += ...`` (torch.export keeps ``add_``): on the NPU by default; kept off it, the
+    sums of two tensors run on Cortex-M kernels, and one with a number (``out += 0``) gets
+    the number as a quantized constant, as ``out + 0`` does."""
+    _, prog, cal = _compile("in_place_sums", target)
+    assert prog.report.summary["ops_on_npu"] == prog.report.summary["ops_total"]
+    _assert_matches_reference(prog, cal)
+    _, prog, cal = _compile("in_place_sums", target, excluded=("add",))
+    adds = [o for o in prog.report.ops if o.op == "aten.add.Tensor"]
+    assert len(adds) == 3 and all(o.kernel is not Kernel.NPU for o in adds)
+    assert [o.kernel for o in adds[:2]] == [Kernel.CORTEX_M] * 2, adds
+    _assert_matches_reference(prog, cal)
 
 
 class ActAfterConv(nn.Module):

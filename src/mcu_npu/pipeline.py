@@ -22,7 +22,8 @@ def edge_compile_config() -> EdgeCompileConfig:
 
 
 def default_aten_passes(target) -> list:
-    """ATen rewrites a target applies before quantization, in order: convolutions and pooling
+    """ATen rewrites a target applies before quantization, in order: autocast regions that
+    change nothing on a CPU in float32 become the ops they hold; convolutions and pooling
     on unbatched inputs get a batch of one; a SiLU becomes sigmoid and multiply, quantized
     where the device rounds them; a linear layer with a run-time weight becomes a
     matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
@@ -43,10 +44,11 @@ def default_aten_passes(target) -> list:
                               DecomposeReshape,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind, FoldConstants,
-                              FoldLinearOfZeros, FoldSelectOfCat, LinearOfActivations,
-                              StackByConcat)
+                              FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
+                              LinearOfActivations, StackByConcat)
 
-    return [AddBatchDimension(), LinearOfActivations(), DecomposeSiLU(),
+    return [InlineDisabledAutocast(), AddBatchDimension(), LinearOfActivations(),
+            DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
             StackByConcat(),

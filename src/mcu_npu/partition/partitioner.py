@@ -169,8 +169,28 @@ def general_groups(program: ExportedProgram, members: set[Node]) -> list[list[No
         gm, _Members(members), allows_single_node_partition=True
     ).propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    groups = [sorted(p.nodes, key=order.__getitem__) for p in proposed]
+    groups = _outputs_with_their_producers([set(p.nodes) for p in proposed], order)
+    groups = [sorted(g, key=order.__getitem__) for g in groups if g]
     return sorted(groups, key=lambda g: order[g[0]])
+
+
+def _outputs_with_their_producers(groups: list[set[Node]], order: dict) -> list[set[Node]]:
+    """Each tuple access and quantize moved into the group of the node it reads.
+
+    The capability-based partitioner merges greedily from the graph's end, so the quantize of
+    one output of a split can join its readers' group while the split cannot (another of its
+    outputs reaches those readers through the CPU): the split's group would then return a float
+    tensor the NPU cannot write. A node all of whose inputs are in one group adds no path
+    between groups when it joins that group, so no cycle appears."""
+    where = {n: g for g in groups for n in g}
+    for node in sorted(where, key=order.__getitem__):  # a getitem before its quantize
+        src = node.args[0] if node.args else None
+        if (node.target is operator.getitem or node.target in QUANTIZE) and \
+                src in where and where[src] is not where[node]:
+            where[node].discard(node)
+            where[src].add(node)
+            where[node] = where[src]
+    return groups
 
 
 def compiler_check(target: Target):

@@ -235,6 +235,11 @@ _BINARY = {
     aten.mul.Scalar: aten.mul.Tensor, aten.div.Scalar: aten.div.Tensor,
     aten.add.Tensor: aten.add.Tensor, aten.sub.Tensor: aten.sub.Tensor,
     aten.mul.Tensor: aten.mul.Tensor, aten.div.Tensor: aten.div.Tensor,
+    # in place (``out += 0``): torch.export's graph keeps them until Edge functionalizes it
+    aten.add_.Scalar: aten.add_.Tensor, aten.sub_.Scalar: aten.sub_.Tensor,
+    aten.mul_.Scalar: aten.mul_.Tensor, aten.div_.Scalar: aten.div_.Tensor,
+    aten.add_.Tensor: aten.add_.Tensor, aten.sub_.Tensor: aten.sub_.Tensor,
+    aten.mul_.Tensor: aten.mul_.Tensor, aten.div_.Tensor: aten.div_.Tensor,
 }
 
 

@@ -43,6 +43,10 @@ def _double(x):
     return x
 
 
+def _floating(dtype) -> bool:
+    return isinstance(dtype, torch.dtype) and dtype.is_floating_point
+
+
 def _channel_view(t: torch.Tensor, x: torch.Tensor, axis: int) -> torch.Tensor:
     shape = [1] * x.dim()
     shape[axis] = -1
@@ -69,8 +73,8 @@ class _Float64(Interpreter):
             return self._quantize(target, *args, **kwargs)
         args = torch.fx.node.map_aggregate(args, _double)
         kwargs = torch.fx.node.map_aggregate(kwargs, _double)
-        kwargs = {k: (torch.float64 if k == "dtype" and v == torch.float32 else v)
-                  for k, v in kwargs.items()}
+        kwargs = {k: (torch.float64 if k == "dtype" and _floating(v) else v)
+                  for k, v in kwargs.items()}  # casts and checks inside an autocast region too
         return target(*args, **kwargs)
 
     @staticmethod

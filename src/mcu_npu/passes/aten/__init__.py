@@ -21,6 +21,7 @@ from mcu_npu.passes.aten.decompose_unbind import DecomposeUnbind
 from mcu_npu.passes.aten.fold_constants import FoldConstants
 from mcu_npu.passes.aten.fold_linear_of_zeros import FoldLinearOfZeros
 from mcu_npu.passes.aten.fold_select_of_cat import FoldSelectOfCat
+from mcu_npu.passes.aten.inline_disabled_autocast import InlineDisabledAutocast
 from mcu_npu.passes.aten.linear_of_activations import LinearOfActivations
 from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
@@ -32,5 +33,6 @@ __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertDivToMul"
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
            "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
            "DecomposeUnbind",
-           "FoldConstants", "FoldLinearOfZeros", "FoldSelectOfCat", "LinearOfActivations",
+           "FoldConstants", "FoldLinearOfZeros", "FoldSelectOfCat", "InlineDisabledAutocast",
+           "LinearOfActivations",
            "ProjSizeNotSupportedError", "SplitGRUByLayers", "StackByConcat", "decompose_on_cpu"]
