@@ -37,7 +37,7 @@ PASS_THROUGH_OPS = {torch.ops.aten.view_copy.default, torch.ops.aten.squeeze_cop
                     torch.ops.aten.clone.default,
                     torch.ops.dim_order_ops._clone_dim_order.default,
                     torch.ops.dim_order_ops._to_dim_order_copy.default}
-from .subgraph import partition_view
+from .subgraph import nearest_upstream, partition_view
 from .support import Rejection, SupportAnalysis, VerdictCategory
 
 TAG = "mcu_npu_"
@@ -268,19 +268,9 @@ def group_rejections(view: ExportedProgram, group: list[Node], analysis: Support
 def _culprits(names, group: list[Node], compute: list[Node]) -> list[Node]:
     """The compute nodes of ``compute`` behind the nodes ``names`` of ``group`` (a quantize,
     a tuple access or a view behind a failure is the compute node that made its input)."""
-    by_name = {n.name: n for n in group}
-    members, wanted, found, seen = set(group), set(compute), [], set()
-    todo = [by_name[n] for n in names if n in by_name]
-    while todo:
-        node = todo.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node in wanted:
-            found.append(node)
-        else:
-            todo.extend(a for a in node.all_input_nodes if a in members)
-    return found
+    wanted = set(names)
+    starts = [n for n in group if n.name in wanted]
+    return nearest_upstream(starts, set(compute), set(group))
 
 
 class NpuPartitioner(Partitioner):

@@ -37,6 +37,7 @@ from ..macs import node_macs
 from ..targets import Target, get_target
 from .partitioner import is_pass_through, propose, refine
 from .placement import Placement
+from .subgraph import nearest_upstream
 from .support import Rejection, SupportAnalysis, Verdict
 
 
@@ -214,17 +215,7 @@ def activation_bits(node) -> int | None:
 
 def _compute_inputs(node, compute) -> tuple[str, ...]:
     """Names of the nodes of ``compute`` that feed ``node``, looking through the others."""
-    found, seen, todo = [], set(), list(node.all_input_nodes)
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if n in compute:
-            found.append(n.name)
-        else:
-            todo.extend(n.all_input_nodes)
-    return tuple(sorted(found))
+    return tuple(sorted(n.name for n in nearest_upstream(node.all_input_nodes, compute)))
 
 
 __all__ = ["Plan", "PlanOptions", "NodePlan", "plan_program", "fingerprint"]

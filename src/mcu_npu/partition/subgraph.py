@@ -65,3 +65,20 @@ def partition_view(program: ExportedProgram, nodes: list[Node]) -> PartitionView
     graph.output(tuple(results))
     return PartitionView(GraphModule({}, graph), view_sig, program.state_dict,
                          program.constants)
+
+
+def nearest_upstream(starts, stop, within=None) -> list[Node]:
+    """The nodes of ``stop`` reached first walking back from ``starts`` (each start itself
+    included), looking through every other node; only through nodes of ``within`` when
+    given."""
+    found, seen, todo = [], set(), list(starts)
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node in stop:
+            found.append(node)
+        else:
+            todo.extend(a for a in node.all_input_nodes if within is None or a in within)
+    return found

@@ -194,6 +194,18 @@ def finish(gm: GraphModule) -> None:
     gm.recompile()
 
 
+def replace_by_first_output(gm: GraphModule, node: Node, out: Node, items: bool) -> None:
+    """Make ``out`` what ``node`` was and erase ``node``; with ``items``, ``node`` is a tuple
+    of which only item 0 is read (a native norm's statistics unused), so its ``getitem``
+    users are replaced and erased too."""
+    if items:
+        for user in list(node.users):
+            user.replace_all_uses_with(out)
+            gm.graph.erase_node(user)
+    node.replace_all_uses_with(out)
+    gm.graph.erase_node(node)
+
+
 def replace_nodes(gm: GraphModule, select: Callable[[Node], bool],
                   rewrite: Callable[[GraphModule, Node], Node]) -> bool:
     """Replace each node ``select`` accepts by ``rewrite(gm, node)`` (the node its users read

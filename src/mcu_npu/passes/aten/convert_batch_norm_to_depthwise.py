@@ -28,7 +28,8 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from mcu_npu.passes.aten._recurrent import Emitter, constant_attr, finish
+from mcu_npu.passes.aten._recurrent import (Emitter, constant_attr, finish,
+                                           replace_by_first_output)
 
 aten = torch.ops.aten
 
@@ -50,13 +51,8 @@ class ConvertBatchNormToDepthwise(PassBase):
             if bn is None:
                 continue
             found.append(node)
-            out = bn.emit(graph_module, node)
-            if node.target != aten.batch_norm.default:  # getitems; only item 0 is used
-                for user in list(node.users):
-                    user.replace_all_uses_with(out)
-                    graph_module.graph.erase_node(user)
-            node.replace_all_uses_with(out)
-            graph_module.graph.erase_node(node)
+            replace_by_first_output(graph_module, node, bn.emit(graph_module, node),
+                                    node.target != aten.batch_norm.default)
         if found:
             graph_module.graph.eliminate_dead_code()
             finish(graph_module)

@@ -38,7 +38,8 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.fx_schema import bind
-from mcu_npu.passes.aten._recurrent import Emitter, constant_attr, finish, is_call, static_shape
+from mcu_npu.passes.aten._recurrent import (Emitter, constant_attr, finish, is_call,
+                                           replace_by_first_output, static_shape)
 
 aten = torch.ops.aten
 GROUP_NORM = aten.group_norm.default
@@ -108,13 +109,8 @@ class DecomposeGroupNorm(PassBase):
     def call(self, graph_module: GraphModule) -> PassResult:
         work = [n for n in graph_module.graph.nodes if _groups(n) is not None]
         for node in work:
-            out = _decompose(graph_module, node)
-            if node.target == NATIVE_GROUP_NORM:
-                for user in list(node.users):
-                    user.replace_all_uses_with(out)
-                    graph_module.graph.erase_node(user)
-            node.replace_all_uses_with(out)
-            graph_module.graph.erase_node(node)
+            replace_by_first_output(graph_module, node, _decompose(graph_module, node),
+                                    node.target == NATIVE_GROUP_NORM)
         if work:
             graph_module.graph.eliminate_dead_code()
             finish(graph_module)
