@@ -41,9 +41,11 @@ FLOAT_OUTPUT_IN_INT8 = {"conv_transpose2d_outpad"}
 """Cases that run as a float CPU kernel in int8 already (Vela refuses the TRANSPOSE_CONV
 output shape): nothing int16 to check."""
 
-STAYS_INT8 = {"mm", "bmm", "prelu", "prelu_2d", "hardswish"}
+STAYS_INT8 = {"mm", "bmm", "prelu", "prelu_2d", "hardswish", "upsample_bilinear2d",
+              "upsample_bilinear2d_align_corners", "upsample_nearest2d"}
 """Cases whose operator has no 16x8 conversion (Vela takes no int16 BATCH_MATMUL, PRELU or
-HARD_SWISH): the op stays int8 inside the partition, with a requantize around it."""
+HARD_SWISH; the resizes convert in int8 only): the op stays int8 inside the partition, with
+a requantize around it."""
 
 TABLE_OPS = {"sigmoid", "tanh", "softmax_channels", "softmax_last"}
 """Cases whose int16 output comes from LiteRT's interpolated tables (LOGISTIC, TANH: 2
