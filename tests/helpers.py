@@ -118,3 +118,25 @@ class MixedNpuCpu(torch.nn.Module):
     def forward(self, x):
         y = torch.nn.functional.gelu(torch.relu(self.a(x)))
         return self.fc(torch.relu(self.b(y)).flatten(1))
+
+
+class Resize(torch.nn.Module):
+    """``F.interpolate`` with fixed arguments."""
+
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(x, **self.kwargs)
+
+
+class ConvResize(torch.nn.Module):
+    """A convolution first, so the resize reads a channels-last NPU tensor."""
+
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.conv, self.resize = torch.nn.Conv2d(3, 8, 3, padding=1), Resize(**kwargs)
+
+    def forward(self, x):
+        return self.resize(self.conv(x))

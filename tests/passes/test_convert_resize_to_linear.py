@@ -7,26 +7,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import mcu_npu
-from helpers import as_list, calibration_set, reference_output_steps
+from helpers import ConvResize, Resize, as_list, calibration_set, reference_output_steps
 from mcu_npu.passes.aten import ConvertResizeToLinear
 from mcu_npu.pipeline import export_module
 from mcu_npu.targets import get_target
 
 aten = torch.ops.aten
 TARGETS = ["imxrt700", "corstone-300", "corstone-320"]
-
-
-class Resize(nn.Module):
-    def __init__(self, **kwargs):
-        super().__init__()
-        self.kwargs = kwargs
-
-    def forward(self, x):
-        return F.interpolate(x, **self.kwargs)
 
 
 def calls(gm):
@@ -64,23 +53,12 @@ def test_leaves_npu_resizes_and_large_maps(kwargs, shape, target):
     assert not ConvertResizeToLinear(get_target(target))(gm).modified
 
 
-class ConvResize(nn.Module):
-    """A convolution, then the resize (so the resize reads an NPU tensor)."""
-
-    def __init__(self, size):
-        super().__init__()
-        self.conv, self.size = nn.Conv2d(3, 8, 3, padding=1), size
-
-    def forward(self, x):
-        return F.interpolate(self.conv(x), size=self.size, mode="bilinear")
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("size,shape", [((4, 4), (1, 3, 3, 3)), ((3, 3), (1, 3, 4, 4))],
                          ids=["3_to_4", "4_to_3"])
 def test_small_resize_runs_on_the_npu_within_one_step(size, shape, target):
     torch.manual_seed(0)
-    module = ConvResize(size).eval()
+    module = ConvResize(size=size, mode="bilinear").eval()
     x = torch.randn(shape)
     cal = calibration_set((x,))
     prog = mcu_npu.compile(module, (x,), target=target, calibration=cal)

@@ -11,36 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import mcu_npu
-from helpers import (as_list, calibration_set, convert_module, output_step, quantized_edge,
-                     reference_output_steps, run_tflite)
+from helpers import (ConvResize, Resize, as_list, calibration_set, convert_module, output_step,
+                     quantized_edge, reference_output_steps, run_tflite)
 from mcu_npu.npu.vela_support import vela_rejections
 from mcu_npu.targets import get_target
 from mcu_npu.tflite.describe import describe
 from mcu_npu.tflite.registry import lookup
-
-
-class Resize(nn.Module):
-    def __init__(self, **kwargs):
-        super().__init__()
-        self.kwargs = kwargs
-
-    def forward(self, x):
-        return F.interpolate(x, **self.kwargs)
-
-
-class ConvResize(nn.Module):
-    """A convolution first, so the resize reads a channels-last NPU tensor."""
-
-    def __init__(self, **kwargs):
-        super().__init__()
-        self.conv, self.resize = nn.Conv2d(3, 8, 3, padding=1), Resize(**kwargs)
-
-    def forward(self, x):
-        return self.resize(self.conv(x))
 
 
 # (id, interpolate arguments, input shape, TFLite op and flags, Vela places it)
