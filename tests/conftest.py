@@ -1,8 +1,19 @@
 import os
 import warnings
 
-import pytest
-import torch
+# pytest-xdist runs one worker per core: a worker's own intra-op threads would only contend
+# with the other workers (an OpenMP region waits for threads the OS has descheduled, which
+# made small ops take milliseconds). Results do not depend on the thread count.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+if _WORKERS:
+    _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = _THREADS
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+if _WORKERS:
+    torch.set_num_threads(int(_THREADS))
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 torch.manual_seed(0)

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+import os
+import subprocess
+import sys
+import warnings
+
 import numpy as np
 import torch
 
@@ -10,6 +18,26 @@ from mcu_npu.pipeline import export_module, to_edge_program
 from mcu_npu.quantization import NeutronQuantizer, quantize
 from mcu_npu.runtime.litert import run_model
 from mcu_npu.tflite import convert
+
+FLOAT_PRECISION_DB = 100.0
+"""An SQNR above this is float rounding, not quantization: its exact value depends on the
+host's float kernels, so two such figures compare only as "both exact", never within a
+tolerance."""
+
+
+def sqnr_holds(host: float, reference: float, margin_db: float = 1.0) -> bool:
+    """``host`` SQNR no more than ``margin_db`` below ``reference``: the numerics contract.
+    A host figure at float precision holds; a reference at float precision needs one."""
+    if host >= FLOAT_PRECISION_DB:
+        return True
+    return reference < FLOAT_PRECISION_DB and host >= reference - margin_db
+
+
+def sqnr_close(a: float, b: float, margin_db: float = 1.0) -> bool:
+    """Two SQNRs within ``margin_db`` of each other, or both at float precision."""
+    if a >= FLOAT_PRECISION_DB or b >= FLOAT_PRECISION_DB:
+        return a >= FLOAT_PRECISION_DB and b >= FLOAT_PRECISION_DB
+    return abs(a - b) <= margin_db
 
 
 def run_tflite(model, inputs) -> list[np.ndarray]:
@@ -140,3 +168,34 @@ class ConvResize(torch.nn.Module):
 
     def forward(self, x):
         return self.resize(self.conv(x))
+
+
+def run_cli(*args, cwd=None, in_process: bool = True) -> subprocess.CompletedProcess:
+    """``mcu-npu ARGS`` as a ``CompletedProcess`` (returncode, stdout, stderr). In process by
+    default: ``cli.main`` with its output captured, the warning filters, logger levels and
+    working directory it may change restored after; ``in_process=False`` runs
+    ``python -m mcu_npu.cli`` (the entry point itself, at the cost of a fresh interpreter)."""
+    args = [str(a) for a in args]
+    if not in_process:
+        return subprocess.run([sys.executable, "-m", "mcu_npu.cli", *args],
+                              capture_output=True, text=True, cwd=cwd, timeout=300)
+    from mcu_npu.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    loggers = {name: logging.getLogger(name).level
+               for name in ("", "torch", "torchao", "executorch", "torch._subclasses.fake_tensor")}
+    here = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            try:
+                code = main(args)
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(here)
+        for name, level in loggers.items():
+            logging.getLogger(name).setLevel(level)
+    return subprocess.CompletedProcess(["mcu-npu", *args], code, out.getvalue(), err.getvalue())

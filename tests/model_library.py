@@ -8,6 +8,7 @@ them, so ``import_timm`` declares the two schemas torchvision looks up before im
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -100,6 +101,27 @@ def build(name: str, seed: int = 0):
     tests = [(torch.randn(shape, generator=g),) for _ in range(TESTS)]
     settle_batch_norm(model, torch.cat([c[0] for c in calibration]))
     return model.eval(), calibration[0], calibration, tests
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(name: str, target: str):
+    """(model, compiled program, held-out test inputs, ``measure``'s figures) for ``name`` on
+    ``target``, compiled once per test process: tests that check other properties of the
+    same compile share it (mark them ``same_compile(name, target)`` so pytest-xdist runs
+    them in one worker)."""
+    import mcu_npu
+
+    model, example, calibration, tests = build(name)
+    prog = mcu_npu.compile(model, example, target=target, calibration=calibration)
+    return model, prog, tests, measure(prog, model, tests)
+
+
+def same_compile(name: str, target: str):
+    """The pytest mark that sends every test using ``compiled(name, target)`` to one worker
+    (``--dist loadgroup``)."""
+    import pytest
+
+    return pytest.mark.xdist_group(f"model_library-{name}-{target}")
 
 
 def settle_batch_norm(model: torch.nn.Module, batch: torch.Tensor) -> None:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import mcu_npu
-from helpers import calibration_set, reference_output_steps, sqnr_db
+from helpers import calibration_set, reference_output_steps, sqnr_close, sqnr_db
 from mcu_npu.report import Kernel
 
 
@@ -38,7 +38,7 @@ def _assert_within_contract(prog, cal):
     """No float compute left, SQNR within 1 dB of the reference's, outputs within one step."""
     assert not [o for o in prog.report.ops if o.placement == "portable float kernel"]
     acc = prog.report.accuracy
-    assert abs(acc["sqnr_db"] - acc["reference_sqnr_db"]) <= 1.0, acc
+    assert sqnr_close(acc["sqnr_db"], acc["reference_sqnr_db"]), acc
     _assert_matches_reference(prog, cal)
 
 

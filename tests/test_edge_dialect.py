@@ -45,6 +45,20 @@ class TinyGRU(nn.Module):
         return self.fc(self.gru(x)[0][:, -1])
 
 
+class Scalars(nn.Module):
+    """Floats passed where the op takes a tensor: an attention-style scale and a
+    normalization's epsilon, on a float32 tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1)
+
+    def forward(self, x):
+        y = torch.ops.aten.mul.Tensor(self.conv(x), 0.25)
+        var = torch.ops.aten.add.Tensor(y.pow(2).mean(1, keepdim=True), 1e-6)
+        return torch.ops.aten.sub.Tensor(y * torch.rsqrt(var), 0.5)
+
+
 def _program(model, shape, quantized=True, aten_passes=False):
     model = model.eval()
     x = (torch.randn(shape, generator=torch.Generator().manual_seed(0)),)
@@ -81,9 +95,15 @@ def _structure(edge):
             sorted(ep.constants))
 
 
-@pytest.mark.parametrize("case", ["views_float", "views_quantized", "gru_quantized"])
+CASES = {"views": (Views, (1, 3, 4, 6)), "gru": (TinyGRU, (1, 5, 4)),
+         "scalars": (Scalars, (1, 3, 4, 4))}
+
+
+@pytest.mark.parametrize("case", ["views_float", "views_quantized", "gru_quantized",
+                                  "scalars_float", "scalars_quantized"])
 def test_in_place_conversion_matches_to_edge(case):
-    model, shape = (TinyGRU(), (1, 5, 4)) if case.startswith("gru") else (Views(), (1, 3, 4, 6))
+    cls, shape = CASES[case.split("_")[0]]
+    model = cls()
     ep, x = _program(model, shape, quantized=case.endswith("quantized"),
                      aten_passes=case.startswith("gru"))
     assert needs_retrace(ep.graph_module) is None

@@ -5,8 +5,6 @@ the original exception chained and a line saying what to do."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from helpers import run_cli
 import mcu_npu
 from mcu_npu.errors import (ConfigError, InputError, InvalidProgramError, McuNpuError,
                             NpuCompilerError, UnsupportedModelError, stage)
@@ -248,9 +247,7 @@ def test_fold_select_of_cat_leaves_an_index_outside_the_cat():
 
 
 # --- CLI ----------------------------------------------------------------------------------
-def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "mcu_npu.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=300)
+cli = run_cli  # in process; the tests marked "entry point" run ``python -m mcu_npu.cli``
 
 
 def assert_one_line_error(result, pattern):
@@ -268,8 +265,9 @@ def model_file(tmp_path_factory):
 
 
 def test_cli_unknown_target(model_file, tmp_path):
+    """Through the entry point itself: the exit code and the one line a shell sees."""
     out = tmp_path / "o.pte"
-    r = cli("compile", f"{model_file}:small", "--target", "nope", "-o", out)
+    r = cli("compile", f"{model_file}:small", "--target", "nope", "-o", out, in_process=False)
     assert_one_line_error(r, "unknown target 'nope'")
     assert not out.exists()
 

@@ -16,7 +16,6 @@ parameters is again the program's own op. The comparisons below are therefore ex
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import torch
 import torch.nn as nn
 
 import mcu_npu
-from helpers import assert_loads_in_executorch
+from helpers import assert_loads_in_executorch, run_cli
 from mcu_npu.api import to_executorch
 from mcu_npu.errors import ConfigError, UnsupportedModelError
 from mcu_npu.passes.edge import RemoveInputQuantize, RemoveOutputDequantize
@@ -277,9 +276,7 @@ def test_digits_int8_io_matches_float_io_on_imxrt700():
     assert (x["scale"], x["zero_point"]) == pytest.approx((1 / 255, -128))
 
 
-def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "mcu_npu.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=300)
+cli = run_cli
 
 
 def test_cli_bad_io_value_is_one_line_and_writes_nothing(tmp_path):

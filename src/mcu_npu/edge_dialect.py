@@ -7,8 +7,10 @@ unrolled recurrent graph holds thousands of nodes, and those re-traces are most 
 compile time. ``to_edge_in_place`` makes the same two rewrites on the graph as it is,
 recomputes fake values only where an output layout changes (a view's copy is contiguous),
 and runs the passes that edit the graph without re-tracing as ExecuTorch does. It returns
-None, for ``to_edge`` to do the work, when any re-tracing pass would change more: scalars
-given as tensors, mixed dtypes, symbolic shapes, memory-format ops or control flow.
+None, for ``to_edge`` to do the work, when any re-tracing pass would change more: integer
+scalars given as tensors, mixed dtypes, symbolic shapes, memory-format ops or control flow.
+A float given as a tensor beside float32 tensors (an attention scale, an epsilon) becomes
+the constant ``to_edge`` would make, in place: transformers are full of them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import operator
 import torch
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager
 from executorch.exir._program_utils import _get_updated_graph_signature
+from executorch.exir.pass_base import map_args
 from executorch.exir.passes import base_post_op_replace_passes, convert_constant_dim_order_pass
 from executorch.exir.passes.dim_order_ops_registry import DimOrderOpsMap
 from executorch.exir.passes.fold_redundant_qdq_pass import FoldRedundantDequantizeQuantizePass
@@ -64,6 +67,7 @@ def to_edge_in_place(ep: ExportedProgram, config: EdgeCompileConfig) -> EdgeProg
     gm = ep.graph_module
     for graph_pass in (RemoveNonCoreAtenOpGraphAssertsPass(), ReplaceSymSizeOpPass()):
         gm = graph_pass(gm).graph_module
+    _scalars_as_constants(gm)
     _views_as_copies(gm)
     for graph_pass in (RemoveNoopPass(), PruneEmptyTensorsPass(), RemoveToCopyPass(),
                        FoldRedundantDequantizeQuantizePass()):
@@ -187,13 +191,55 @@ def _vals(node: Node) -> list:
 
 
 def _scalar_for_tensor(node: Node) -> str | None:
-    """ScalarToTensorPass would turn a Python scalar passed as a Tensor argument into a constant."""
+    """ScalarToTensorPass would turn a Python scalar passed as a Tensor argument into a
+    constant, in a way ``_scalars_as_constants`` does not repeat (an int or bool, or a float
+    beside tensors that are not all float32: casts would follow)."""
     bound = vars(bind(node))
+    float32 = _float32_inputs(node)
     for arg in node.target._schema.arguments:
         value = bound[arg.name]
-        if isinstance(value, (bool, int, float)) and isinstance(arg.type, torch.TensorType):
+        if isinstance(value, (bool, int, float)) and isinstance(arg.type, torch.TensorType) \
+                and not (type(value) is float and float32):
             return f"{node.name} passes the scalar {value!r} as tensor argument {arg.name}"
     return None
+
+
+def _float32_inputs(node: Node) -> bool:
+    vals = [a.meta.get("val") for a in node.all_input_nodes]
+    return bool(vals) and all(isinstance(v, torch.Tensor) and v.dtype == torch.float32
+                              for v in vals)
+
+
+def _scalars_as_constants(gm: GraphModule) -> None:
+    """ScalarToTensorPass in place: a float passed as a Tensor argument beside float32
+    tensors (an attention scale, a normalization's epsilon) becomes a 0-dim float32 constant
+    read by ``get_attr`` just before its user, which ``lift_constant_tensor_pass`` lifts to a
+    buffer as it lifts the constants of a re-trace."""
+    taken = {name for name, _ in gm.named_buffers()} | set(vars(gm))
+    count = 0
+
+    def constant(value, schema, node):
+        nonlocal count
+        if type(value) is not float or not isinstance(schema.type, torch.TensorType):
+            return value
+        while f"_tensor_constant{count}" in taken:
+            count += 1
+        name = f"_tensor_constant{count}"
+        taken.add(name)
+        tensor = torch.tensor(value)
+        setattr(gm, name, tensor)
+        with gm.graph.inserting_before(node):
+            attr = gm.graph.create_node("get_attr", name)
+        fake = node.all_input_nodes[0].meta["val"].fake_mode
+        attr.meta["val"] = fake.from_tensor(tensor, static_shapes=True)
+        return attr
+
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
+                or node.target is operator.getitem or not _float32_inputs(node):
+            continue
+        node.args, node.kwargs = map_args(node.target, lambda v, s: constant(v, s, node),
+                                          node.args, dict(node.kwargs))
 
 
 def _mixed_dtypes(node: Node) -> str | None:

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import mcu_npu
-from helpers import as_list, calibration_set, reference_output_steps
+import model_library
+from helpers import as_list, calibration_set, reference_output_steps, sqnr_holds
 from mcu_npu.passes.aten import FoldConstants
 from mcu_npu.passes.aten.fold_constants import MAX_ELEMENTS, MAX_GROWTH
 from mcu_npu.pipeline import export_module
@@ -300,18 +301,16 @@ def test_quantization_aware_training_trains_folded_weights(target):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,cpu_ops", [
-    ("vit_tiny_patch16_224", set()),          # class token: expand + cat
-    ("levit_128s", {"aten.div.Tensor"}),      # bias tables; the distilled head's (a + b) / 2
-])
+    pytest.param(name, ops, marks=model_library.same_compile(name, "corstone-320"))
+    for name, ops in [
+        ("vit_tiny_patch16_224", set()),          # class token: expand + cat
+        ("levit_128s", {"aten.div.Tensor"}),      # bias tables; the distilled head's (a + b) / 2
+    ]])
 def test_timm_models_with_constant_subgraphs_compile(name, cpu_ops):
     """Whole timm models that failed on ops over constants compile for corstone-320 with
     every cat and add on the NPU, and the host run is within 1 dB of the reference's SQNR
     over 8 inputs."""
-    import model_library
-
-    model, example, calibration, tests = model_library.build(name)
-    prog = mcu_npu.compile(model, example, target="corstone-320", calibration=calibration)
+    model, prog, tests, measured = model_library.compiled(name, "corstone-320")
     off = {o.op for o in prog.report.ops if not o.placement.startswith("NPU partition")}
     assert off <= cpu_ops, prog.report
-    measured = model_library.measure(prog, model, tests)
-    assert measured["host_sqnr"] >= measured["ref_sqnr"] - 1.0, measured
+    assert sqnr_holds(measured["host_sqnr"], measured["ref_sqnr"]), measured

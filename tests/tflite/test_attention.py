@@ -18,7 +18,7 @@ from torch import nn
 
 import mcu_npu
 from helpers import (calibration_set, output_step, quantized_edge, reference_output_steps,
-                     run_tflite)
+                     run_tflite, sqnr_close)
 from mcu_npu.npu.vela_support import vela_rejections
 from mcu_npu.passes.aten import (DecomposeLayerNorm, DecomposeMatmul, DecomposeReshape,
                                  DecomposeScaledDotProductAttention, DecomposeUnbind)
@@ -214,7 +214,7 @@ def _assert_within_contract(name, prog, cal):
     """SQNR against float within 1 dB of the reference's, no float kernel left, and the host
     run of the .pte within ``MATCH`` of the quantized reference."""
     acc = prog.report.accuracy
-    assert abs(acc["sqnr_db"] - acc["reference_sqnr_db"]) <= 1.0, acc
+    assert sqnr_close(acc["sqnr_db"], acc["reference_sqnr_db"]), acc
     assert not [o for o in prog.report.ops if o.placement == "portable float kernel"]
     steps, fraction = MATCH[name]
     step = reference_output_steps(prog.reference)[0]
