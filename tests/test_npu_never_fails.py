@@ -151,3 +151,35 @@ def test_every_partition_member_has_a_conversion(target):
         entry = registry.lookup(nodes[name].target)
         assert entry is not None and entry.rejection(nodes[name], plan.target) is None, name
     assert not [n for n in plan.nodes if n.verdict.category is VerdictCategory.CONVERSION]
+
+
+class StrideFourStem(nn.Module):
+    """A 7x7 stride-4 stem (PoolFormer's): Vela 5's Ethos-U55 support check passes it, then
+    the compiler fails on it ("Non-passthrough operation (Conv2D) could not run on NPU")
+    without naming the operator."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 7, stride=4, padding=2)
+        self.b = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.stem(x))
+        return self.b(y * y)
+
+
+def test_a_real_npu_compiler_failure_naming_no_operator_moves_only_its_node():
+    """No test double: Vela itself fails on the stem. Checked alone, the stem is the node it
+    fails on; the stem (and the ReLU fused into it) runs on the CPU with Vela's message, the
+    rest stays on the NPU."""
+    torch.manual_seed(0)
+    model = StrideFourStem().eval()
+    example = (torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1)),)
+    cal = calibration_set(example, n=8, seed=2)
+    prog = mcu_npu.compile(model, example, "corstone-300", calibration=cal)
+    cpu = [o for o in prog.report.ops if o.kernel is not Kernel.NPU]
+    assert sorted(o.op for o in cpu) == ["aten.convolution", "aten.relu"], cpu  # relu: fused
+    for op in cpu:
+        assert "the NPU compiler failed on it: Non-passthrough operation (Conv2D)" in op.reason
+    assert {o.op for o in prog.report.ops if o.kernel is Kernel.NPU} >= {"aten.mul.Tensor"}
+    _assert_matches_reference(prog, cal)

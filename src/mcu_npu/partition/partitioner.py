@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from ..backend import backend_for
 from ..compile_spec import NpuCompileSpec
-from ..errors import ConfigError, ConversionError, first_line
+from ..errors import ConfigError, ConversionError, NpuCompilerError, first_line
 from ..npu.vela_support import vela_rejections
 from ..targets import Target, get_target
 from ..tflite import convert
@@ -236,17 +236,22 @@ def refine(program: ExportedProgram, target: Target, excluded: Iterable[str] = (
                     f"{target.name}: plan the Edge program before to_backend "
                     "(NpuPartitioner(plan=mcu_npu.partition.plan.plan_program(edge_program, "
                     "target))) so the NPU compiler can check partitions with real weights")
-            found.update(group_rejections(view, group, analysis, target, check))
+            found.update(group_rejections(view, group, analysis, target, check,
+                                          program=program))
         if not found:
             return rejected
         rejected.update(found)
 
 
 def group_rejections(view: ExportedProgram, group: list[Node], analysis: SupportAnalysis,
-                     target: Target, check=None) -> dict[str, Rejection]:
+                     target: Target, check=None, *,
+                     program: ExportedProgram | None = None) -> dict[str, Rejection]:
     """The compute nodes of ``group`` (converted as ``view``) that leave the NPU: the node
     its conversion fails at, else those the compiler's ``check`` refuses. Never empty when
-    something failed: a failure that names no compute node of the group moves them all."""
+    something failed: a failure that names no compute node of the group moves them all.
+    Where the compiler fails on the whole partition without naming an operator, each compute
+    node is checked alone (in ``program``, the one ``view`` is cut from) to find the ones it
+    fails on."""
     compute = [n for n in group if n in analysis.verdicts and analysis.supported(n)]
     try:
         model = convert(view, target)
@@ -254,7 +259,13 @@ def group_rejections(view: ExportedProgram, group: list[Node], analysis: Support
         why = Rejection(f"converting it for the NPU failed: {first_line(exc)}",
                         VerdictCategory.CONVERSION)
         return {n.name: why for n in _culprits([exc.node], group, compute) or compute}
-    refused = check(model, target) if check is not None else {}
+    try:
+        refused = check(model, target) if check is not None else {}
+    except NpuCompilerError as exc:
+        failing = _failing_alone(program, group, compute, target, check) if program else []
+        why = Rejection(f"the NPU compiler failed on it: {first_line(exc)}",
+                        VerdictCategory.NPU_COMPILER)
+        return {n.name: why for n in failing or compute}
     found = {}
     for name, reason in refused.items():
         for node in _culprits([name], group, compute):
@@ -263,6 +274,26 @@ def group_rejections(view: ExportedProgram, group: list[Node], analysis: Support
         reason = "; ".join(f"{k}: {v}" for k, v in refused.items())
         found = {n.name: Rejection(reason, VerdictCategory.NPU_COMPILER) for n in compute}
     return found
+
+
+def _failing_alone(program: ExportedProgram, group: list[Node], compute: list[Node],
+                   target: Target, check) -> list[Node]:
+    """The nodes of ``compute`` the compiler's ``check`` fails on when each is compiled alone
+    (with the quantize and dequantize nodes of ``group`` around it)."""
+    members = set(group)
+    failing = []
+    for node in compute:
+        around = {a for a in node.all_input_nodes if a in members}
+        around |= {u for u in node.users if u in members}
+        around |= {u for a in list(around) if a in node.users for u in a.users if u in members}
+        alone = [n for n in group if n is node or n in around]
+        try:
+            check(convert(partition_view(program, alone), target), target)
+        except NpuCompilerError:
+            failing.append(node)
+        except ConversionError:
+            continue  # not convertible cut this way: no verdict on the node from this
+    return failing
 
 
 def _culprits(names, group: list[Node], compute: list[Node]) -> list[Node]:
