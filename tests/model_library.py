@@ -18,7 +18,7 @@ INPUT = 96          # image side: small enough for a microcontroller, what users
 CALIBRATION = 8     # calibration samples
 TESTS = 8           # held-out inputs the numerics are measured on (all outputs together)
 
-# name -> timm keyword arguments. Families: plain and SE convnets, hard-swish, re-parameterised
+# name -> timm keyword arguments ("input": an image side other than INPUT). Families: plain and SE convnets, hard-swish, re-parameterised
 # branches, GroupNorm, weight-standardised convs, ConvNeXt-style, and transformers.
 MODELS: dict[str, dict] = {
     "mobilenetv2_050": {},
@@ -58,12 +58,12 @@ MODELS: dict[str, dict] = {
     "mobilevit_xxs": {},
     "mobilevitv2_050": {},
     "levit_128s": {"img_size": INPUT},
-    "efficientformer_l1": {"img_size": INPUT},
+    "efficientformer_l1": {"input": 224},  # its last stage's attention is built for 7x7 tokens
     "efficientformerv2_s0": {"img_size": INPUT},
     "vit_tiny_patch16_224": {"img_size": INPUT},
     "deit_tiny_patch16_224": {"img_size": INPUT},
     "shvit_s1": {},
-    "tiny_vit_5m_224": {"img_size": INPUT},
+    "tiny_vit_5m_224": {},
     "starnet_s050": {},
 }
 
@@ -94,9 +94,11 @@ def build(name: str, seed: int = 0):
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = timm.create_model(name, pretrained=False, num_classes=10, **MODELS.get(name, {}))
+        kwargs = dict(MODELS.get(name, {}))
+        size = kwargs.pop("input", INPUT)
+        model = timm.create_model(name, pretrained=False, num_classes=10, **kwargs)
     g = torch.Generator().manual_seed(seed + 1)
-    shape = (1, 3, INPUT, INPUT)
+    shape = (1, 3, size, size)
     calibration = [(torch.randn(shape, generator=g),) for _ in range(CALIBRATION)]
     tests = [(torch.randn(shape, generator=g),) for _ in range(TESTS)]
     settle_batch_norm(model, torch.cat([c[0] for c in calibration]))
