@@ -18,8 +18,9 @@ INPUT = 96          # image side: small enough for a microcontroller, what users
 CALIBRATION = 8     # calibration samples
 TESTS = 8           # held-out inputs the numerics are measured on (all outputs together)
 
-# name -> timm keyword arguments ("input": an image side other than INPUT). Families: plain and SE convnets, hard-swish, re-parameterised
-# branches, GroupNorm, weight-standardised convs, ConvNeXt-style, and transformers.
+# name -> timm keyword arguments ("input": an image side other than INPUT). Families: plain
+# and SE convnets, hard-swish, re-parameterised branches, GroupNorm, weight-standardised
+# convs, ConvNeXt-style, and transformers.
 MODELS: dict[str, dict] = {
     "mobilenetv2_050": {},
     "mobilenetv3_small_050": {},
