@@ -9,7 +9,7 @@ from torch import nn
 
 from helpers import quantized_edge
 from mcu_npu.partition import SupportAnalysis
-from mcu_npu.partition.partitioner import cluster_members, general_groups, single_group
+from mcu_npu.partition.propose import cluster_members, general_groups, single_group
 from mcu_npu.targets import get_target
 
 

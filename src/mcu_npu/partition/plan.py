@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from ..graph_ids import node_id
 from ..macs import node_macs
 from ..targets import Target, get_target
-from .partitioner import is_pass_through, propose, refine
+from .propose import is_pass_through, propose, refine
 from .placement import Placement
 from .subgraph import nearest_upstream
 from .support import Rejection, SupportAnalysis, Verdict
@@ -96,7 +96,7 @@ class Plan:
     ``nodes``: every compute node of that Edge program; ``partitions``: the compute node
     names of each NPU partition, ``members`` every node each one delegates (quantize /
     dequantize included); ``compiler_rejections``: Edge node name -> why the node was moved
-    to the CPU when its partition was converted or compiled (``partitioner.refine``); ``portable``: ATen node id of a CPU node -> why the target's
+    to the CPU when its partition was converted or compiled (``propose.refine``); ``portable``: ATen node id of a CPU node -> why the target's
     Cortex-M kernels cannot take it (it runs as a portable float kernel; empty where the
     target has no Cortex-M kernels or the plan was made from an Edge program alone)."""
 
@@ -194,7 +194,7 @@ PASS_THROUGH_REASON = ("a view of data from outside the NPU partition that also 
 
 def _why_left(node, verdict: Verdict, where) -> Verdict:
     """``verdict``, with the reason a supported view or copy was left out of every partition
-    (``partitioner.is_pass_through``)."""
+    (``propose.is_pass_through``)."""
     if verdict.supported and node not in where and is_pass_through(node):
         return replace(verdict, reason=PASS_THROUGH_REASON)
     return verdict

@@ -83,7 +83,7 @@ class Verdict:
 @dataclass(frozen=True)
 class Rejection:
     """Why a node that passed the checks was moved to the CPU when its partition was
-    converted or compiled (``partitioner.refine``)."""
+    converted or compiled (``propose.refine``)."""
 
     reason: str
     category: VerdictCategory = VerdictCategory.NPU_COMPILER
