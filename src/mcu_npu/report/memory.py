@@ -291,7 +291,7 @@ def program_figures(program, size: int | None = None) -> dict:
     reads its weights where the program lies. ``size``: the program's bytes, for a Program
     that does not record them."""
     from ..payload import HOST_GRAPH_PREFIX
-    from ..report import REPORT_KEY
+    from .stored import REPORT_KEY
 
     prog, size = _program(program, size)
     pte = prog._pte
