@@ -39,7 +39,8 @@ class TinyGRU(nn.Module):
 def _analysis(model, shape, excluded=()):
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     target = get_target("imxrt700")
-    from mcu_npu.pipeline import default_aten_passes, export_module
+    from mcu_npu.flow.export import export_module
+    from mcu_npu.flow.rewrite import default_aten_passes
 
     graph = export_module(model.eval(), (x,))
     for p in default_aten_passes(target):

@@ -15,8 +15,8 @@ from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from ..backend import backend_for
-from ..compile_spec import NpuCompileSpec
+from ..backend.delegate import backend_for
+from ..backend.compile_spec import NpuCompileSpec
 from ..errors import ConfigError
 from ..targets import Target, get_target
 from ..tflite.registry import PRESERVED_ATEN_OPS

@@ -1,6 +1,6 @@
 """One placement plan: which node runs where and why, decided once and never mutated.
 
-``quantization.composed.plan(aten_graph, target, options)`` makes the trial the composed
+``flow.place.plan(aten_graph, target, options)`` makes the trial the composed
 quantizer and the partitioner used to make each on its own: quantize a copy with the NPU's
 rules alone, lower it to Edge, run the support checks and the NPU compiler's own check
 (``plan_program``), and record the outcome as a frozen ``Plan``. ``plan_program(edge_program,
@@ -8,15 +8,17 @@ target, options)`` is that decision for an Edge program (what the partitioner ru
 is given no plan describing the program).
 
 The quantizer (``TargetQuantizer(target, plan=...)``), the partitioner
-(``NpuPartitioner(plan=...)``) and the report (``api.build_report(plan, edge)``) take the
-plan as an argument. A plan records the fingerprint of the graph it was made for, so it is
-only applied to that graph: a quantizer or partitioner handed another graph plans it afresh
-instead of applying a stale decision. The ATen-level decision travels with the graph
-itself: the quantizer stamps each CPU node (``placement.stamp_placement``), and the Edge
-program's plan reads the stamps back (``Placement.from_program``).
+(``NpuPartitioner(plan=...)``) and the report (``flow.report.build_report(plan, edge)``)
+take the plan as an argument. A plan records the fingerprint of the graph it was made for,
+so it is only applied to that graph: a quantizer or partitioner handed another graph plans
+it afresh (the quantizer with its planner) instead of applying a stale decision. The
+ATen-level decision travels with the graph itself: the quantizer stamps each CPU node
+(``placement.stamp_placement``), and the Edge program's plan reads the stamps back
+(``Placement.from_program``).
 
-(The trial quantizes, so it lives with the quantizers: ``mcu_npu.quantization`` depends on
-``mcu_npu.partition``, not the other way round.)
+(The trial quantizes and lowers, so it lives in the compile flow, above both the quantizers
+and the partitioner: ``mcu_npu.quantization`` reads plans from ``mcu_npu.partition``, and
+neither reaches up into ``mcu_npu.flow``.)
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule
 
 from ..errors import ConfigError
-from ..graph_ids import node_id
-from ..macs import node_macs
+from ..graph.ids import node_id
+from ..graph.macs import node_macs
 from ..targets import Target, get_target
 from .propose import is_pass_through, propose, refine
 from .placement import Placement

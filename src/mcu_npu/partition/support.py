@@ -16,7 +16,7 @@ from typing import Iterable
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from ..graph_ids import node_id
+from ..graph.ids import node_id
 from ..targets import Target
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
 from ..tflite.registry import fused_clamp, lookup

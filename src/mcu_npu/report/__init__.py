@@ -15,7 +15,7 @@ emulator runs it, a device runtime refuses it), and the text's first line says s
 ``versions`` records what a firmware build must match (ExecuTorch, the ``.pte`` schema
 identifier, the NPU compilers' versions, the device runtime's payload format); ``kernels``
 lists every operator and delegate the program calls with the library providing it
-(``mcu_npu.kernels_list``), and ``kernel_problems`` each one the target does not provide.
+(``mcu_npu.firmware.kernels_list``), and ``kernel_problems`` each one the target does not provide.
 ``kernels`` and ``kernel_problems`` are read from the serialized program, so the copy stored
 in the ``.pte`` lacks them and ``load()`` fills them in from the file.
 """
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from ..errors import ConfigError
-from ..macs import node_macs  # noqa: F401  (re-exported: its home is mcu_npu.macs)
+from ..graph.macs import node_macs  # noqa: F401  (re-exported: its home is mcu_npu.graph.macs)
 from .stored import REPORT_KEY, REPORT_SLACK, restore_report, stored_report  # noqa: F401
 
 STAT_KEYS = ("npu_cycles", "npu_total_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
@@ -76,7 +76,7 @@ class OpPlacement:
     inputs: tuple[str, ...] = ()
     """The compute ops feeding this one (the placement graph's edges)."""
     ident: str | None = None
-    """The ATen node id (``graph_ids.node_id``) the op came from: it links the op to the
+    """The ATen node id (``graph.ids.node_id``) the op came from: it links the op to the
     float model's and the quantized reference's nodes (per-layer error)."""
     precision: str = ""
     """The integer type of the op's output activations, "int8" or "int16" ("" when float)."""

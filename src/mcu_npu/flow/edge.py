@@ -1,6 +1,6 @@
-"""The compile flow's steps around quantization, shared by the API, the recipes, the
-quantizers, tests and benchmarks: export, then (after ``mcu_npu.quantization``) Edge. Each
-step is a plain function over ExecuTorch objects."""
+"""Edge: the quantized reference lowered to ExecuTorch's Edge dialect, the ops the converter
+takes whole preserved (``edge_compile_config``), done in place where that gives what
+``to_edge`` would (``upstream.edge_dialect``, ``upstream.decompose_in_place``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from executorch.exir import EdgeCompileConfig, EdgeProgramManager
 from executorch.exir.tracer import _default_decomposition_table
 from torch.fx import GraphModule
 
-from .decompose_in_place import decompose_in_place
-from .edge_dialect import to_edge_in_place
-from .errors import UnsupportedModelError
-from .tflite.registry import PRESERVED_ATEN_OPS
-from .upstream_patches import edge_program_from_core_aten
+from ..errors import UnsupportedModelError
+from ..tflite.registry import PRESERVED_ATEN_OPS
+from ..upstream.decompose_in_place import decompose_in_place
+from ..upstream.edge_dialect import to_edge_in_place
+from ..upstream.patches import edge_program_from_core_aten
+
+TO_EDGE = "converting the quantized model to the Edge dialect"
+"""The stage that runs ``to_edge_program`` (``errors.stage``)."""
 
 
 def edge_compile_config() -> EdgeCompileConfig:
@@ -37,8 +40,8 @@ def default_aten_passes(target) -> list:
     reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
     that no convolution or linear layer absorbs becomes a depthwise convolution, and a
     resize of a small map that the NPU cannot resize a linear layer over its positions."""
-    from .passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
-    from .passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise, ConvertDivToMul,
+    from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
+    from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise, ConvertDivToMul,
                               ConvertResizeToLinear,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
                               DecomposeReshape,
@@ -71,8 +74,8 @@ def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
 
 def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgramManager:
     """Quantized reference -> Edge program, with the converter's ops preserved: converted in
-    place when that gives what ``to_edge`` would (``edge_dialect``), else by ``to_edge``'s
-    passes without its second decomposition (``upstream_patches``)."""
+    place when that gives what ``to_edge`` would (``upstream.edge_dialect``), else by ``to_edge``'s
+    passes without its second decomposition (``upstream.patches``)."""
     config = edge_compile_config()
     ep = core_aten_program(reference, example_inputs, config)
     edge = to_edge_in_place(ep, config)
@@ -84,7 +87,8 @@ def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgra
 def core_aten_program(reference: GraphModule, example_inputs: tuple,
                       config: EdgeCompileConfig) -> torch.export.ExportedProgram:
     """``reference`` exported and decomposed as ``to_edge`` would, but re-traced only if an
-    op needs more than a one-node rewrite (``decompose_in_place``). Unrolled recurrent graphs hold thousands of nodes, so node
+    op needs more than a one-node rewrite (``upstream.decompose_in_place``). Unrolled
+    recurrent graphs hold thousands of nodes, so node
     provenance (``from_node``, which every re-trace deep-copies and extends) is dropped."""
     _drop_provenance(reference.graph)
     ep = torch.export.export(reference, tuple(example_inputs))
