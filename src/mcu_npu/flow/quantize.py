@@ -72,8 +72,8 @@ def ptq(graph, example_inputs, samples, target, options: PlanOptions,
     if not mixed and (not fallback or not decided.placement.cpu):
         return Quantized(reference, edge, decided, choice)
     with stage("quantizing for the NPU and the Cortex-M kernels", exclude_hint):
-        quantizer = TargetQuantizer(target, plan=decided, precision=choice) if fallback \
-            else NeutronQuantizer(precision=choice)
+        quantizer = TargetQuantizer(target, plan=decided, planner=plan, precision=choice) \
+            if fallback else NeutronQuantizer(precision=choice)
         reference = quantize(graph, example_inputs, samples, quantizer)
     with stage(TO_EDGE):
         return Quantized(reference, to_edge_program(reference, example_inputs), decided,
@@ -91,8 +91,11 @@ def qat(graph, example_inputs, samples, train_fn, target, options: PlanOptions,
         choice = resolve_precision(precision, graph, planned)
     if not cortex_m_core(target):
         quantizer = NeutronQuantizer(is_qat=True, precision=choice)
-    elif planned is not None:  # the plan carries the exclusions and the compiler
-        quantizer = TargetQuantizer(target, is_qat=True, plan=planned, precision=choice)
+    elif planned is not None:  # the plan carries the exclusions and the compiler; QAT
+        # annotates the graph with its batch norms (the trial's PTQ folds them), so a graph
+        # with any is planned again by the planner
+        quantizer = TargetQuantizer(target, is_qat=True, plan=planned, planner=plan,
+                                    precision=choice)
     else:
         quantizer = TargetQuantizer(target, is_qat=True,
                                     operators_not_to_delegate=options.operators_not_to_delegate,
