@@ -92,7 +92,7 @@ def worker(name: str, target: str) -> dict:
     from executorch.exir import to_edge
 
     import mcu_npu
-    import mcu_npu.api as api
+    import mcu_npu.flow.measure as measuring
     from mcu_npu.quantization import neutron_quantizer
     from _upstream_arm import capture_regor
     from ethos_u import calibration_set
@@ -105,7 +105,7 @@ def worker(name: str, target: str) -> dict:
     baseline = time.perf_counter() - t
 
     accuracy = [0.0]
-    measure = api.measure_accuracy
+    measure = measuring.measure_accuracy
 
     def timed(*args, **kwargs):
         start = time.perf_counter()
@@ -114,7 +114,7 @@ def worker(name: str, target: str) -> dict:
         finally:
             accuracy[0] += time.perf_counter() - start
 
-    api.measure_accuracy = timed
+    measuring.measure_accuracy = timed
     calibration_s = [0.0]
     calibrate = neutron_quantizer.calibrate
 

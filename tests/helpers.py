@@ -13,8 +13,9 @@ import warnings
 import numpy as np
 import torch
 
-from mcu_npu.metrics import sqnr_db  # noqa: F401  (re-exported for tests)
-from mcu_npu.pipeline import export_module, to_edge_program
+from mcu_npu.report.metrics import sqnr_db  # noqa: F401  (re-exported for tests)
+from mcu_npu.flow.edge import to_edge_program
+from mcu_npu.flow.export import export_module
 from mcu_npu.quantization import NeutronQuantizer, quantize
 from mcu_npu.runtime.litert import run_model
 from mcu_npu.tflite import convert

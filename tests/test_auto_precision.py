@@ -16,9 +16,9 @@ from torch import nn
 
 import mcu_npu
 from mcu_npu import AutoPrecision, ConfigError
-from mcu_npu.auto_precision import op_losses
-from mcu_npu.graph_ids import node_id
-from mcu_npu.metrics import sqnr_db
+from mcu_npu.flow.auto_precision import op_losses
+from mcu_npu.graph.ids import node_id
+from mcu_npu.report.metrics import sqnr_db
 from mcu_npu.report import OpPlacement
 
 sys.path.insert(0, str(Path(__file__).parent / "e2e"))

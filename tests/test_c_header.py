@@ -14,7 +14,7 @@ from torch import nn
 
 import mcu_npu
 from mcu_npu import cli
-from mcu_npu.c_header import header_text, write_c_header
+from mcu_npu.firmware.c_header import header_text, write_c_header
 from mcu_npu.errors import ConfigError
 
 ARM_GCC = shutil.which("arm-none-eabi-gcc")

@@ -15,7 +15,7 @@ from torch import nn
 
 import mcu_npu
 from mcu_npu import cli
-from mcu_npu.check import check_program, ethos_u_problems, neutron_problems
+from mcu_npu.firmware.check import check_program, ethos_u_problems, neutron_problems
 from mcu_npu.runtime.pte import load
 
 
@@ -116,7 +116,7 @@ def test_a_planned_view_feeding_a_delegate_is_an_input():
     import fuzz_nets
     from test_fuzz import FOUND
 
-    from mcu_npu.check import delegate_calls
+    from mcu_npu.firmware.check import delegate_calls
     from mcu_npu.npu import ethosu_payload
 
     model, example, calibration, _ = fuzz_nets.build(

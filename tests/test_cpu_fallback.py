@@ -17,7 +17,7 @@ from torch import nn
 import mcu_npu
 from helpers import assert_loads_in_executorch, calibration_set, reference_output_steps, \
     sqnr_holds
-from mcu_npu.cortex_m import cortex_m_rejection
+from mcu_npu.backend.cortex_m import cortex_m_rejection
 from mcu_npu.report import Kernel
 
 TARGETS = ["imxrt700", "corstone-300", "corstone-320"]

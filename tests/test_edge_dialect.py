@@ -10,9 +10,10 @@ import torch
 from executorch.exir import to_edge
 from torch import nn
 
-from mcu_npu.edge_dialect import needs_retrace, to_edge_in_place
-from mcu_npu.pipeline import (core_aten_program, default_aten_passes, edge_compile_config,
-                              export_module, to_edge_program)
+from mcu_npu.upstream.edge_dialect import needs_retrace, to_edge_in_place
+from mcu_npu.flow.edge import core_aten_program, edge_compile_config, to_edge_program
+from mcu_npu.flow.export import export_module
+from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.quantization import NeutronQuantizer, quantize
 from mcu_npu.targets import get_target
 

@@ -126,10 +126,10 @@ def test_cortex_m_lowering_failure_names_stage_node_op_and_source_line(monkeypat
     came from and ExecuTorch's error."""
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
 
-    import mcu_npu.cortex_m
+    import mcu_npu.backend.cortex_m
     from mcu_npu.report import Kernel
 
-    monkeypatch.setattr(mcu_npu.cortex_m, "_lowering_passes",
+    monkeypatch.setattr(mcu_npu.backend.cortex_m, "_lowering_passes",
                         lambda: list(CortexMPassManager.explicit_layout_pass_list))
     x = torch.randn(1, 3, 9, 9)
     prog = mcu_npu.compile(CeilPool(), (x,), target="imxrt700", calibration=[(x,)],

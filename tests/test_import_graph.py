@@ -5,8 +5,9 @@ Every module under src/mcu_npu is read with ``ast``; its imports of ``mcu_npu`` 
 module level and inside functions alike (a function-local import is a dependency all the
 same), become edges between packages. A package is a direct subpackage of ``mcu_npu``
 (``mcu_npu.partition``, ``mcu_npu.tflite``, ...) or a top-level module (``mcu_npu.api``,
-``mcu_npu.backend``, ...); ``mcu_npu`` itself is its ``__init__``. Imports within one
-package are its own business and are not edges.
+``mcu_npu.backend``, ...); ``mcu_npu`` itself is its ``__init__``. Between packages, imports
+within one package are not edges; between modules, every import is (a package's ``__init__``
+is the module named after the package), so no cycle hides inside a package either.
 """
 
 from __future__ import annotations
@@ -168,15 +169,25 @@ def shortest_cycle(graph: dict[str, dict], start: str, members: set[str]) -> lis
     raise AssertionError(f"{start} is on no cycle")
 
 
-def describe_cycles(graph: dict[str, dict[str, list[Import]]]) -> str:
+def module_graph() -> dict[str, dict[str, list[Import]]]:
+    """module -> imported module -> the imports that make the edge."""
+    graph: dict[str, dict[str, list[Import]]] = {m: {} for m in MODULES}
+    for module, imports in IMPORTS.items():
+        for imp in imports:
+            if imp.target != module:
+                graph[module].setdefault(imp.target, []).append(imp)
+    return graph
+
+
+def describe_cycles(graph: dict[str, dict[str, list[Import]]], what: str = "packages") -> str:
     lines = []
     for component in strongly_connected(graph):
         members = set(component)
-        lines.append(f"packages importing each other: {', '.join(component)}")
+        lines.append(f"{what} importing each other: {', '.join(component)}")
         for start in component:
             cycle = shortest_cycle(graph, start, members)
             if cycle[0] != min(cycle[:-1]):
-                continue  # print each cycle once, from its smallest package
+                continue  # print each cycle once, from its smallest member
             lines.append("  cycle: " + " -> ".join(cycle))
             for a, b in zip(cycle, cycle[1:]):
                 for imp in graph[a][b]:
@@ -196,14 +207,32 @@ def test_no_import_cycles_between_packages():
     assert not report, "\n" + report
 
 
+def test_no_import_cycles_between_modules():
+    """Inside a package too, no module imports one that (through others) imports it back:
+    each module reads only what is below it, so it can be read, and loaded, on its own."""
+    report = describe_cycles(module_graph(), "modules")
+    print(report)
+    assert not report, "\n" + report
+
+
+def test_the_module_walk_finds_a_cycle_inside_a_package():
+    """A cycle between two modules of one package is found, with both imports named."""
+    a, b = "mcu_npu.partition.plan", "mcu_npu.partition.placement"
+    graph = module_graph()
+    graph[b] = {**graph[b], a: [Import(b, a, 1, False)]}
+    report = describe_cycles(graph, "modules")
+    assert f"cycle: {b} -> {a} -> {b}" in report and f"{b}:1 imports {a}" in report
+
+
 # Compile-time code the host runtime must not load: what converts, quantizes, partitions,
 # rewrites or compiles, and the compile flow around it. ``mcu_npu.npu`` holds the NPU
 # compiler adapters (compile time) and the payload formats the runtime reads; importing one
 # of those runs the package's ``__init__``, which therefore must load no compiler.
-COMPILE_TIME = {"mcu_npu.api", "mcu_npu.backend", "mcu_npu.cli", "mcu_npu.compile_spec",
-                "mcu_npu.cortex_m", "mcu_npu.edge_dialect", "mcu_npu.partition",
-                "mcu_npu.passes", "mcu_npu.pipeline", "mcu_npu.quantization", "mcu_npu.recipes",
-                "mcu_npu.tflite"}
+# ``mcu_npu.upstream`` holds patches the runtime needs too and ``to_edge`` done in place.
+COMPILE_TIME = {"mcu_npu.api", "mcu_npu.backend", "mcu_npu.cli", "mcu_npu.flow",
+                "mcu_npu.partition", "mcu_npu.passes", "mcu_npu.quantization", "mcu_npu.recipes",
+                "mcu_npu.tflite", "mcu_npu.upstream.edge_dialect",
+                "mcu_npu.upstream.decompose_in_place"}
 PAYLOAD_FORMATS = {"mcu_npu.npu", "mcu_npu.npu.ethosu_payload", "mcu_npu.npu.neutron_payload"}
 RUNTIME_MODULES = sorted(m for m in MODULES if package_of(m) == "mcu_npu.runtime")
 
@@ -211,7 +240,7 @@ RUNTIME_MODULES = sorted(m for m in MODULES if package_of(m) == "mcu_npu.runtime
 def is_compile_time(module: str) -> bool:
     if package_of(module) == "mcu_npu.npu":
         return module not in PAYLOAD_FORMATS
-    return package_of(module) in COMPILE_TIME
+    return package_of(module) in COMPILE_TIME or module in COMPILE_TIME
 
 
 def _parents(module: str) -> list[str]:
@@ -250,7 +279,8 @@ def test_host_runtime_loads_no_compiler():
 def test_runtime_closure_follows_imports():
     """The walk sees through packages: the runtime reads payload formats and partitions."""
     loaded = runtime_closure()
-    assert {"mcu_npu.payload", "mcu_npu.tflite_model", "mcu_npu.device_io", "mcu_npu.npu",
+    assert {"mcu_npu.device.payload", "mcu_npu.device.tflite_model",
+            "mcu_npu.device.delegate_io", "mcu_npu.npu",
             "mcu_npu.npu.neutron_payload", "mcu_npu.npu.ethosu_payload"} <= set(loaded)
     assert is_compile_time("mcu_npu.npu.vela") and is_compile_time("mcu_npu.tflite.converter")
     assert not is_compile_time("mcu_npu.npu.ethosu_payload")

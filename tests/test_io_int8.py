@@ -26,7 +26,7 @@ import torch.nn as nn
 
 import mcu_npu
 from helpers import assert_loads_in_executorch, run_cli
-from mcu_npu.api import to_executorch
+from mcu_npu.flow.serialize import to_executorch
 from mcu_npu.errors import ConfigError, UnsupportedModelError
 from mcu_npu.passes.edge import RemoveInputQuantize, RemoveOutputDequantize
 from mcu_npu.report import Kernel

@@ -14,8 +14,9 @@ from executorch.codegen.tools.gen_oplist import gen_oplist
 from torch import nn
 
 import mcu_npu
-from mcu_npu import cli, deployability, kernels_list
-from mcu_npu.deployability import NotDeployableError
+from mcu_npu import cli
+from mcu_npu.firmware import deployability, kernels_list
+from mcu_npu.firmware.deployability import NotDeployableError
 from mcu_npu.models import ds_cnn
 from mcu_npu.targets import get_target
 

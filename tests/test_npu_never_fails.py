@@ -92,7 +92,7 @@ def test_a_node_whose_conversion_fails_runs_on_the_cpu(target, failing_mul_conve
 def test_a_partition_the_npu_compiler_fails_on_runs_on_the_cpu(target, monkeypatch):
     """The NPU compiler (a double around the real one) fails on any partition holding a MUL:
     that partition's nodes are planned again on the CPU, the other one is compiled."""
-    from mcu_npu import backend
+    from mcu_npu.backend import delegate as backend
 
     real = backend.get_compiler
 
@@ -121,7 +121,7 @@ def test_a_partition_the_npu_compiler_fails_on_runs_on_the_cpu(target, monkeypat
 @pytest.mark.parametrize("target", ["corstone-300", "corstone-320"])
 def test_a_failing_cortex_m_lowering_leaves_the_cpu_ops_to_portable_kernels(
         target, monkeypatch, failing_mul_conversion):
-    from mcu_npu import api
+    from mcu_npu.flow import lower as api
 
     def broken(edge, core):
         raise KeyError(1)
@@ -139,7 +139,7 @@ def test_every_partition_member_has_a_conversion(target):
     """The plan, the partitioner and the converter agree: every compute node of every NPU
     partition has a registry entry that accepts it."""
     from mcu_npu.partition.plan import plan_program
-    from mcu_npu.pipeline import to_edge_program
+    from mcu_npu.flow.edge import to_edge_program
 
     _, prog, cal = _compile(target)
     edge = to_edge_program(prog.reference, cal[0])

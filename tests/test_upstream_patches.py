@@ -1,4 +1,4 @@
-"""Each entry of ``mcu_npu.upstream_patches`` works, and what it relies on upstream is still
+"""Each entry of ``mcu_npu.upstream.patches`` works, and what it relies on upstream is still
 there: a test here failing after an ExecuTorch or torch upgrade says which workaround to
 re-check (or to drop, when upstream now offers a supported way)."""
 
@@ -16,8 +16,9 @@ import torch
 from executorch.exir import to_edge
 from torch import nn
 
-from mcu_npu import upstream_patches
-from mcu_npu.pipeline import core_aten_program, edge_compile_config, export_module
+from mcu_npu.upstream import patches as upstream_patches
+from mcu_npu.flow.edge import core_aten_program, edge_compile_config
+from mcu_npu.flow.export import export_module
 from mcu_npu.quantization import NeutronQuantizer, quantize
 
 
@@ -183,7 +184,7 @@ WITHOUT_TOSA = textwrap.dedent("""
     for name in list(sys.modules):
         if name.startswith("executorch.backends.cortex_m"):
             del sys.modules[name]
-    from mcu_npu.upstream_patches import CORTEX_M_HEAVY_PACKAGES, import_cortex_m_ops
+    from mcu_npu.upstream.patches import CORTEX_M_HEAVY_PACKAGES, import_cortex_m_ops
     import_cortex_m_ops()
     import torch
     print("op:", torch.ops.cortex_m.quantized_add.default)

@@ -194,7 +194,7 @@ def _save_outputs(path: str, outputs) -> None:
 
     import numpy as np
 
-    from .files import write_atomic
+    from .firmware.files import write_atomic
     from .errors import ConfigError
 
     buf = io.BytesIO()
@@ -215,7 +215,7 @@ def cmd_report(args) -> int:
     if report is None:
         raise InvalidProgramError(f"{args.program!r} carries no mcu-npu report")
     if args.html:
-        from .files import write_atomic
+        from .firmware.files import write_atomic
 
         write_atomic(args.html, report.to_html().encode())
     print(report.to_json() if args.json else report)
@@ -225,7 +225,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .check import check_program
+    from .firmware.check import check_program
 
     problems = check_program(args.program, args.target)
     for p in problems:

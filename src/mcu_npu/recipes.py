@@ -21,11 +21,13 @@ from executorch.export import (
     recipe_registry,
 )
 
-from .backend import device_id_passes
-from .cortex_m import cortex_m_passes
+from .backend.cortex_m import cortex_m_passes
+from .backend.delegate import device_id_passes
 from .errors import ConfigError
+from .flow.edge import edge_compile_config
+from .flow.place import plan
+from .flow.rewrite import default_aten_passes
 from .partition import NeutronPartitioner
-from .pipeline import default_aten_passes, edge_compile_config
 from .quantization import NeutronQuantizer
 from .quantization.composed import TargetQuantizer
 from .quantization.neutron_quantizer import begin_float64_calibration, end_float64_calibration
@@ -91,7 +93,7 @@ def neutron_recipe(
         # partitioner (planning the Edge program it is given) reads it
         quantizer = TargetQuantizer(tgt, is_qat=is_qat, operators_not_to_delegate=excluded,
                                     npu_compiler=npu_compiler,
-                                    aten_passes=default_aten_passes(tgt))
+                                    aten_passes=default_aten_passes(tgt), planner=plan)
     else:
         quantizer = NeutronQuantizer(is_qat=is_qat, aten_passes=default_aten_passes(tgt))
     partitioner = NeutronPartitioner(tgt, excluded, npu_compiler)

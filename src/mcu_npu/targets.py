@@ -14,7 +14,7 @@ from .errors import ConfigError
 
 class NpuKind(str, Enum):
     """An NPU family; its device runtime decides how delegate data reaches the NPU
-    (``device_io``). The value is the name messages print."""
+    (``device.delegate_io``). The value is the name messages print."""
 
     NEUTRON = "neutron"
     """NXP eIQ Neutron (device runtime ``NeutronBackend``)."""
@@ -94,6 +94,10 @@ class NpuSpec:
     """The NPU runs 16x8 kernels (int16 activations, int8 weights) for the operators whose
     converter entries say so (``tflite.registry.Operator.int16``): Vela compiles them for
     every Ethos-U; NXP's eIQ Neutron converter takes int8 only."""
+    int16_sigmoid_tanh_q3_12: bool = False
+    """int16 sigmoid and tanh run on an activation unit that rescales their input to Q3.12
+    (Vela's, on every Ethos-U), where the host runs LiteRT's int16 kernels (interpolated
+    tables): the two can differ by a few 1/32768 steps, and the report says so."""
 
     def __post_init__(self):
         try:
@@ -312,6 +316,7 @@ def ethos_u(accelerator: str) -> NpuSpec:
         sram_bytes=_SRAM_BYTES[family],
         vendor_compiler="vela",
         int16_activations=True,
+        int16_sigmoid_tanh_q3_12=True,
         compiler_checks_operators=True,
         vela=VelaConfig(accelerator=accelerator, system_config=system, memory_mode=memory),
         transpose_as_block_swap=family == "ethos-u55",

@@ -9,10 +9,10 @@ import torch
 
 import mcu_npu
 from mcu_npu.quantization.exact import run_exact
-from mcu_npu.payload import host_graph_key
+from mcu_npu.device.payload import host_graph_key
 from mcu_npu.models.mlperf_tiny import MODELS
 from mcu_npu.npu import ethosu_payload
-from mcu_npu.metrics import sqnr_db
+from mcu_npu.report.metrics import sqnr_db
 
 from device_checks import assert_ethos_u_io_matches
 from helpers import assert_loads_in_executorch, sqnr_holds
@@ -67,7 +67,7 @@ def test_vela_payload_is_the_device_layout_and_host_graph_sits_beside_it(tmp_pat
 
 UPSTREAM_AFTER = """
 import sys, torch, mcu_npu
-import mcu_npu.backend  # this project's backends, defined first
+import mcu_npu.backend.delegate  # this project's backends, defined first
 import executorch.backends.arm.ethosu  # then upstream's EthosUBackend class
 from executorch.exir._serialize._program import deserialize_pte_binary
 torch.manual_seed(0)

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 import mcu_npu
 from mcu_npu.quantization.exact import run_exact
-from mcu_npu.metrics import sqnr_db
+from mcu_npu.report.metrics import sqnr_db
 
 from helpers import assert_loads_in_executorch, sqnr_holds
 

@@ -15,8 +15,11 @@ from helpers import MixedNpuCpu, calibration_set, quantized_edge
 from mcu_npu.errors import ConfigError
 from mcu_npu.partition import NeutronPartitioner, NpuPartitioner
 from mcu_npu.partition.plan import NodePlan, Plan, PlanOptions, plan_program
-from mcu_npu.pipeline import default_aten_passes, edge_compile_config, export_module
-from mcu_npu.quantization.composed import TargetQuantizer, plan
+from mcu_npu.flow.edge import edge_compile_config
+from mcu_npu.flow.export import export_module
+from mcu_npu.flow.rewrite import default_aten_passes
+from mcu_npu.flow.place import plan
+from mcu_npu.quantization.composed import TargetQuantizer
 from mcu_npu.recipes import get_imxrt700_recipe
 from mcu_npu.targets import get_target
 
@@ -89,7 +92,7 @@ def test_quantizer_with_another_graphs_plan_plans_the_graph_it_is_given():
     (a, sa), (b, sb) = _models()
     graph_a, graph_b = _aten_graph(a, sa[0]), _aten_graph(b, sb[0])
     plan_a = plan(graph_a, "imxrt700", PlanOptions(["linear"]))
-    quantizer = TargetQuantizer("imxrt700", plan=plan_a)
+    quantizer = TargetQuantizer("imxrt700", plan=plan_a, planner=plan)
     assert quantizer.plan_for(graph_a) is plan_a
     plan_b = quantizer.plan_for(graph_b)
     assert plan_b.made_for(graph_b) and not plan_b.made_for(graph_a)

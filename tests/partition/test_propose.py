@@ -9,7 +9,7 @@ from torch import nn
 
 from helpers import quantized_edge
 from mcu_npu.partition import SupportAnalysis
-from mcu_npu.partition.partitioner import cluster_members, general_groups, single_group
+from mcu_npu.partition.propose import cluster_members, general_groups, single_group
 from mcu_npu.targets import get_target
 
 
@@ -39,7 +39,8 @@ class TinyGRU(nn.Module):
 def _analysis(model, shape, excluded=()):
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     target = get_target("imxrt700")
-    from mcu_npu.pipeline import default_aten_passes, export_module
+    from mcu_npu.flow.export import export_module
+    from mcu_npu.flow.rewrite import default_aten_passes
 
     graph = export_module(model.eval(), (x,))
     for p in default_aten_passes(target):

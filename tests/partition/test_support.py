@@ -12,7 +12,7 @@ from torch import nn
 from helpers import quantized_edge
 from mcu_npu.errors import ConfigError
 from mcu_npu.partition import NpuPartitioner, SupportAnalysis, Verdict, VerdictCategory
-from mcu_npu.partition import partitioner as partitioner_module
+from mcu_npu.partition import propose as partitioner_module
 from mcu_npu.targets import NpuKind, NpuSpec, get_target
 
 

@@ -12,7 +12,7 @@ from torchao.quantization.pt2e import qat_utils
 import mcu_npu
 from helpers import as_list, calibration_set, reference_output_steps
 from mcu_npu.passes.aten import ConvertBatchNormToDepthwise
-from mcu_npu.pipeline import export_module
+from mcu_npu.flow.export import export_module
 
 aten = torch.ops.aten
 BN_TARGETS = {aten.batch_norm.default, aten._native_batch_norm_legit_no_training.default}

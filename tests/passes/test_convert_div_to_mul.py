@@ -12,7 +12,7 @@ import torch.nn as nn
 import mcu_npu
 from helpers import as_list, calibration_set, reference_output_steps
 from mcu_npu.passes.aten import ConvertDivToMul
-from mcu_npu.pipeline import export_module
+from mcu_npu.flow.export import export_module
 
 aten = torch.ops.aten
 TARGETS = ["imxrt700", "corstone-300", "corstone-320"]

@@ -11,7 +11,7 @@ import torch
 import mcu_npu
 from helpers import ConvResize, Resize, as_list, calibration_set, reference_output_steps
 from mcu_npu.passes.aten import ConvertResizeToLinear
-from mcu_npu.pipeline import export_module
+from mcu_npu.flow.export import export_module
 from mcu_npu.targets import get_target
 
 aten = torch.ops.aten

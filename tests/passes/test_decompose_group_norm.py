@@ -15,7 +15,7 @@ from helpers import calibration_set, output_step, quantized_edge, run_tflite, sq
     sqnr_holds
 from mcu_npu.npu.vela_support import vela_rejections
 from mcu_npu.passes.aten import DecomposeGroupNorm
-from mcu_npu.pipeline import export_module
+from mcu_npu.flow.export import export_module
 from mcu_npu.quantization.exact import run_exact
 from mcu_npu.targets import get_target
 from mcu_npu.tflite import convert

@@ -17,7 +17,7 @@ import model_library
 from helpers import as_list, calibration_set, reference_output_steps, sqnr_holds
 from mcu_npu.passes.aten import FoldConstants
 from mcu_npu.passes.aten.fold_constants import MAX_ELEMENTS, MAX_GROWTH
-from mcu_npu.pipeline import export_module
+from mcu_npu.flow.export import export_module
 
 aten = torch.ops.aten
 qd = torch.ops.quantized_decomposed

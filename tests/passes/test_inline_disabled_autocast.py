@@ -13,7 +13,7 @@ import mcu_npu
 from helpers import calibration_set, reference_output_steps, sqnr_holds
 from mcu_npu.passes.aten import InlineDisabledAutocast
 from mcu_npu.passes.aten.inline_disabled_autocast import WRAP_WITH_AUTOCAST
-from mcu_npu.pipeline import export_module
+from mcu_npu.flow.export import export_module
 from mcu_npu.quantization.exact import run_exact
 from mcu_npu.report import Kernel
 

@@ -1,4 +1,4 @@
-"""``upstream_patches.conv_bn_rewrites_where_they_match``: torchao's QAT conv + BatchNorm
+"""``upstream.patches.conv_bn_rewrites_where_they_match``: torchao's QAT conv + BatchNorm
 pattern rewrites (each traces dozens of patterns with torch.export) run where a convolution
 feeds a BatchNorm, and nowhere else; and the upstream names the guard swaps still exist and
 are still called by name."""
@@ -11,9 +11,9 @@ from torch import nn
 from torchao.quantization.pt2e import qat_utils, quantize_pt2e
 from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 
-from mcu_npu.pipeline import export_module
+from mcu_npu.flow.export import export_module
 from mcu_npu.quantization import NeutronQuantizer, quantize
-from mcu_npu.upstream_patches import conv_bn_rewrites_where_they_match, conv_feeds_batch_norm
+from mcu_npu.upstream.patches import conv_bn_rewrites_where_they_match, conv_feeds_batch_norm
 
 aten = torch.ops.aten
 

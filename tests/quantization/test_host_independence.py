@@ -30,7 +30,7 @@ import torch
 
 torch.set_num_threads(int(sys.argv[2]))
 from mcu_npu.models.mlperf_tiny import mobilenet_v1_025
-from mcu_npu.pipeline import export_module
+from mcu_npu.flow.export import export_module
 from mcu_npu.quantization import quantize
 from mcu_npu.quantization.exact import run_exact
 

@@ -8,8 +8,9 @@ import torch
 import torch.nn as nn
 
 from mcu_npu.errors import ConfigError
-from mcu_npu.graph_ids import node_id
-from mcu_npu.pipeline import default_aten_passes, export_module
+from mcu_npu.graph.ids import node_id
+from mcu_npu.flow.export import export_module
+from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.quantization import QuantSpecs
 from mcu_npu.quantization.annotators import output_dtype
 from mcu_npu.quantization.composed import TargetQuantizer

@@ -19,9 +19,9 @@ from neutron_sdk_double import Behaviour, install
 
 import mcu_npu
 from mcu_npu.quantization.exact import run_exact
-from mcu_npu.device_io import neutron_layout
+from mcu_npu.device.delegate_io import neutron_layout
 from mcu_npu.npu import neutron_payload as nxp
-from mcu_npu.payload import find_host_graph, unpack_reference
+from mcu_npu.device.payload import find_host_graph, unpack_reference
 
 ETHOS_U = ("ethos-u55-128", "ethos-u85-256", "corstone-300")
 
@@ -213,7 +213,7 @@ def test_neutron_layout_refusals(sizes, dim_order, flag, match):
 def test_neutron_transpose_moves_bytes_like_the_runtime():
     """``to_npu`` under the contiguous -> flagged layout writes what transposeToChannelLast
     writes: dest[n*H*W*C + h*W*C + w*C + c] = src[n*C*H*W + c*H*W + h*W + w]."""
-    from mcu_npu.device_io import to_npu
+    from mcu_npu.device.delegate_io import to_npu
 
     n, c, h, w = 2, 3, 4, 5
     src = np.arange(n * c * h * w, dtype=np.int8)

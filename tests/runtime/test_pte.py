@@ -143,7 +143,7 @@ def test_outputs_do_not_alias_runtime_memory():
 def test_quantized_program_is_bit_exact_with_reference():
     import executorch.kernels.quantized  # noqa: F401  (out-variants for to_executorch)
 
-    from mcu_npu.pipeline import edge_compile_config
+    from mcu_npu.flow.edge import edge_compile_config
     from mcu_npu.quantization import quantize
 
     x = torch.randn(1, 3, 8, 8)

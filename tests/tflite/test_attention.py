@@ -22,7 +22,7 @@ from helpers import (calibration_set, output_step, quantized_edge, reference_out
 from mcu_npu.npu.vela_support import vela_rejections
 from mcu_npu.passes.aten import (DecomposeLayerNorm, DecomposeMatmul, DecomposeReshape,
                                  DecomposeScaledDotProductAttention, DecomposeUnbind)
-from mcu_npu.pipeline import export_module
+from mcu_npu.flow.export import export_module
 from mcu_npu.targets import get_target
 from mcu_npu.tflite import convert
 from mcu_npu.tflite.describe import op_names

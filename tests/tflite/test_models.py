@@ -31,7 +31,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from helpers import convert_module, output_step, run_tflite, sqnr_db
 from mcu_npu.models import MODELS
-from mcu_npu.tflite_model import input_array
+from mcu_npu.device.tflite_model import input_array
 from mcu_npu.tflite.describe import describe, load_model, op_names
 
 pytestmark = pytest.mark.slow

@@ -3,22 +3,22 @@ payload formats they write (``ethosu_payload``, ``neutron_payload``).
 
 The host runtime reads those formats and compiles nothing, so importing this package loads
 no compiler: the adapters (``NpuArtifact``, ``NpuCompiler``, ``ReferenceCompiler``,
-``get_compiler``, from ``base``, ``reference`` and ``compilers``) load on first use.
+``get_compiler``, from ``base``, ``reference`` and ``compilers``) and the names
+``npu_compiler`` takes (``COMPILER_NAMES``) load on first use.
 """
 
 from __future__ import annotations
 
-COMPILER_NAMES = ("auto", "reference", "neutron", "vela")
-
-_ADAPTERS = ("NpuArtifact", "NpuCompiler", "ReferenceCompiler", "get_compiler")
+_ON_FIRST_USE = ("NpuArtifact", "NpuCompiler", "ReferenceCompiler", "get_compiler",
+                 "COMPILER_NAMES")
 
 
 def __getattr__(name: str):
-    if name in _ADAPTERS:
+    if name in _ON_FIRST_USE:
         from . import compilers  # the adapters and the TFLite converter they build on
 
         return getattr(compilers, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [*_ADAPTERS, "COMPILER_NAMES"]
+__all__ = list(_ON_FIRST_USE)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..targets import Target
-from ..tflite_model import TFLiteModel
+from ..device.tflite_model import TFLiteModel
 
 
 @dataclass(frozen=True)

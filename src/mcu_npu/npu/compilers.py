@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ..targets import Target
-from . import COMPILER_NAMES
 from .base import NpuArtifact, NpuCompiler  # noqa: F401  (re-exported by mcu_npu.npu)
 from .neutron import NeutronCompiler
 from .reference import ReferenceCompiler
@@ -12,6 +11,8 @@ from .vela import VelaCompiler
 
 VENDOR_COMPILERS = {"neutron": NeutronCompiler, "vela": VelaCompiler}
 """The vendor compiler adapters by ``npu_compiler`` name (``NpuSpec.vendor_compiler``)."""
+COMPILER_NAMES = ("auto", "reference", *VENDOR_COMPILERS)
+"""What ``npu_compiler`` takes."""
 
 
 def get_compiler(name: str, target: Target) -> NpuCompiler:

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from ai_edge_litert import schema_py_generated as schema
 
-from ..device_io import neutron_flag
+from ..device.delegate_io import neutron_flag
 from ..errors import InvalidProgramError, NpuCompilerError
-from ..payload import pack_reference
+from ..device.payload import pack_reference
 from ..targets import NpuKind, Target
-from ..tflite_model import IOSpec, TFLiteModel
+from ..device.tflite_model import IOSpec, TFLiteModel
 from ..tflite.builder import BUILTIN_NAMES
 from . import neutron_payload as nxp
 from .base import NpuArtifact

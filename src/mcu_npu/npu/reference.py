@@ -7,9 +7,9 @@ carry, so the host copies delegate data exactly as the Neutron runtime would."""
 from __future__ import annotations
 
 from ..errors import NpuCompilerError
-from ..payload import pack_reference
+from ..device.payload import pack_reference
 from ..targets import NpuKind, Target
-from ..tflite_model import TFLiteModel
+from ..device.tflite_model import TFLiteModel
 from .base import NpuArtifact
 from .neutron import runtime_format
 

@@ -12,9 +12,9 @@ import math
 import numpy as np
 
 from ..errors import NpuCompilerError
-from ..payload import pack_reference
+from ..device.payload import pack_reference
 from ..targets import NpuKind, Target
-from ..tflite_model import TFLiteModel
+from ..device.tflite_model import TFLiteModel
 from . import ethosu_payload as bin_stream
 from .base import NpuArtifact
 from .vela_graph import own_concat_inputs

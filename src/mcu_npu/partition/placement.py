@@ -3,7 +3,7 @@
 The decision is the plan's (``partition.plan``): a graph quantized with the NPU's rules alone
 and lowered to Edge is checked by ``SupportAnalysis`` (and, where it has one, the NPU
 compiler's own check). Edge nodes are traced back to their ATen node through the id the
-composed quantizer records (``graph_ids.NODE_ID``).
+composed quantizer records (``graph.ids.NODE_ID``).
 
 The composed quantizer stamps each node it leaves to the CPU with the verdict that keeps it
 there (``stamp_placement``); torch.export and ``to_edge`` carry the stamp to every node the
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from torch.fx import GraphModule
 
-from ..graph_ids import node_id
+from ..graph.ids import node_id
 from .support import SupportAnalysis, Verdict
 
 CPU_KEY = "mcu_npu_cpu"

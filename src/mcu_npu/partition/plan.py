@@ -1,6 +1,6 @@
 """One placement plan: which node runs where and why, decided once and never mutated.
 
-``quantization.composed.plan(aten_graph, target, options)`` makes the trial the composed
+``flow.place.plan(aten_graph, target, options)`` makes the trial the composed
 quantizer and the partitioner used to make each on its own: quantize a copy with the NPU's
 rules alone, lower it to Edge, run the support checks and the NPU compiler's own check
 (``plan_program``), and record the outcome as a frozen ``Plan``. ``plan_program(edge_program,
@@ -8,15 +8,17 @@ target, options)`` is that decision for an Edge program (what the partitioner ru
 is given no plan describing the program).
 
 The quantizer (``TargetQuantizer(target, plan=...)``), the partitioner
-(``NpuPartitioner(plan=...)``) and the report (``api.build_report(plan, edge)``) take the
-plan as an argument. A plan records the fingerprint of the graph it was made for, so it is
-only applied to that graph: a quantizer or partitioner handed another graph plans it afresh
-instead of applying a stale decision. The ATen-level decision travels with the graph
-itself: the quantizer stamps each CPU node (``placement.stamp_placement``), and the Edge
-program's plan reads the stamps back (``Placement.from_program``).
+(``NpuPartitioner(plan=...)``) and the report (``flow.report.build_report(plan, edge)``)
+take the plan as an argument. A plan records the fingerprint of the graph it was made for,
+so it is only applied to that graph: a quantizer or partitioner handed another graph plans
+it afresh (the quantizer with its planner) instead of applying a stale decision. The
+ATen-level decision travels with the graph itself: the quantizer stamps each CPU node
+(``placement.stamp_placement``), and the Edge program's plan reads the stamps back
+(``Placement.from_program``).
 
-(The trial quantizes, so it lives with the quantizers: ``mcu_npu.quantization`` depends on
-``mcu_npu.partition``, not the other way round.)
+(The trial quantizes and lowers, so it lives in the compile flow, above both the quantizers
+and the partitioner: ``mcu_npu.quantization`` reads plans from ``mcu_npu.partition``, and
+neither reaches up into ``mcu_npu.flow``.)
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule
 
 from ..errors import ConfigError
-from ..graph_ids import node_id
-from ..macs import node_macs
+from ..graph.ids import node_id
+from ..graph.macs import node_macs
 from ..targets import Target, get_target
-from .partitioner import is_pass_through, propose, refine
+from .propose import is_pass_through, propose, refine
 from .placement import Placement
 from .subgraph import nearest_upstream
 from .support import Rejection, SupportAnalysis, Verdict
@@ -96,7 +98,7 @@ class Plan:
     ``nodes``: every compute node of that Edge program; ``partitions``: the compute node
     names of each NPU partition, ``members`` every node each one delegates (quantize /
     dequantize included); ``compiler_rejections``: Edge node name -> why the node was moved
-    to the CPU when its partition was converted or compiled (``partitioner.refine``); ``portable``: ATen node id of a CPU node -> why the target's
+    to the CPU when its partition was converted or compiled (``propose.refine``); ``portable``: ATen node id of a CPU node -> why the target's
     Cortex-M kernels cannot take it (it runs as a portable float kernel; empty where the
     target has no Cortex-M kernels or the plan was made from an Edge program alone)."""
 
@@ -194,7 +196,7 @@ PASS_THROUGH_REASON = ("a view of data from outside the NPU partition that also 
 
 def _why_left(node, verdict: Verdict, where) -> Verdict:
     """``verdict``, with the reason a supported view or copy was left out of every partition
-    (``partitioner.is_pass_through``)."""
+    (``propose.is_pass_through``)."""
     if verdict.supported and node not in where and is_pass_through(node):
         return replace(verdict, reason=PASS_THROUGH_REASON)
     return verdict

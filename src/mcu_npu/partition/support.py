@@ -16,7 +16,7 @@ from typing import Iterable
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from ..graph_ids import node_id
+from ..graph.ids import node_id
 from ..targets import Target
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
 from ..tflite.registry import fused_clamp, lookup
@@ -83,7 +83,7 @@ class Verdict:
 @dataclass(frozen=True)
 class Rejection:
     """Why a node that passed the checks was moved to the CPU when its partition was
-    converted or compiled (``partitioner.refine``)."""
+    converted or compiled (``propose.refine``)."""
 
     reason: str
     category: VerdictCategory = VerdictCategory.NPU_COMPILER

@@ -1,28 +1,22 @@
 """The quantizer of a whole SoC: NPU rules where the NPU runs a node, Cortex-M rules elsewhere.
 
-Which nodes the NPU runs is the plan's (``plan`` below makes a ``partition.plan.Plan``): the
-partitioner's own support checks on a trial, so each side gets the quantization its kernels need. Where an NPU node
-and a Cortex-M node meet, the consumer reuses the producer's observer: the tensor crossing
-the boundary has one set of parameters, and no requantization is inserted between the two.
+Which nodes the NPU runs is the plan's (a ``partition.plan.Plan``, made by the placement
+trial, ``mcu_npu.flow.place``), so each side gets the quantization its kernels need. Where
+an NPU node and a Cortex-M node meet, the consumer reuses the producer's observer: the
+tensor crossing the boundary has one set of parameters, and no requantization is inserted
+between the two.
 
 Given a plan made for the graph it annotates, the quantizer applies it; given none, or one
-made for another graph, it plans the graph it is given (the trial quantizes a copy with the
-NPU's rules alone, lowers it to Edge and checks it). The checks read shapes, arguments and
-graph structure, never quantization values, so synthetic inputs decide as well as
-calibration data does. The quantizer keeps nothing between calls: it stamps the decision on
-the graph (``partition.placement.stamp_placement``), where the partitioner reads it.
+made for another graph, it asks its planner for the graph it is given. The quantizer keeps
+nothing between calls: it stamps the decision on the graph
+(``partition.placement.stamp_placement``), where the partitioner reads it.
 """
 
 from __future__ import annotations
 
-import copy
-from contextlib import nullcontext
-from dataclasses import replace
-from types import MappingProxyType
-from typing import Callable, ContextManager, Iterable, Mapping
+from typing import Callable, Iterable
 
 import torch
-from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import (
     QuantizationAnnotation,
@@ -30,17 +24,15 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
-from ..cortex_m import cortex_m_core, cortex_m_rejection
 from ..errors import ConfigError
-from ..graph_ids import NODE_ID, node_id, tag_nodes  # noqa: F401  (NODE_ID re-exported)
-from ..partition.placement import Placement, stamp_placement
-from ..partition.plan import Plan, PlanOptions, fingerprint, plan_program
+from ..graph.ids import node_id, tag_nodes
+from ..partition.placement import stamp_placement
+from ..partition.plan import Plan, PlanOptions
 from ..passes.aten.decompose_on_cpu import decompose_on_cpu
-from ..pipeline import to_edge_program
-from ..targets import get_target
+from ..targets import Target, get_target
 from .annotators import KEY, output_dtype
 from .cortex_m import cortex_m_quantizer
-from .neutron_quantizer import NeutronQuantizer, quantize
+from .neutron_quantizer import NeutronQuantizer
 from .precision import PrecisionChoice
 
 aten = torch.ops.aten
@@ -48,103 +40,20 @@ aten = torch.ops.aten
 # the Cortex-M pattern matcher skips nodes already claimed by another quantizer
 _MATCHED = "quantizer_matched"
 
-
-def synthetic_inputs(model: GraphModule, seed: int = 0) -> tuple:
-    """Deterministic inputs shaped like the graph's placeholders (their ``val`` metadata)."""
-    gen = torch.Generator().manual_seed(seed)
-    inputs = []
-    for node in model.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor):
-            raise ValueError(f"input {node.name} has no tensor metadata; export the model "
-                             "with torch.export before quantizing")
-        if val.dtype.is_floating_point:
-            inputs.append(torch.randn(tuple(val.shape), generator=gen).to(val.dtype))
-        else:
-            inputs.append(torch.zeros(tuple(val.shape), dtype=val.dtype))
-    return tuple(inputs)
-
-
-def plan(aten_program_or_graph, target, options: PlanOptions = PlanOptions()) -> Plan:
-    """Decide, once, where every node of an ATen graph runs: quantize a copy with the NPU's
-    rules alone, lower it to Edge, and check it (``partition.plan.plan_program``). The
-    plan's ``fingerprint`` is that of the graph as the quantizer annotates it."""
-    return trial(aten_program_or_graph, target, options)[0]
-
-
-def trial(aten_program_or_graph, target, options: PlanOptions = PlanOptions(), *,
-          graph_in_place: bool = False, example_inputs: tuple | None = None,
-          stages: Mapping[str, Callable[[], ContextManager]] | None = None):
-    """(the ``Plan``, the trial's quantized reference, the trial's Edge program). With
-    ``graph_in_place`` the given graph itself is quantized (``compile`` keeps the trial as
-    its result when the NPU takes everything); ``stages`` wraps the steps ``"quantize"``,
-    ``"edge"`` and ``"check"`` (``errors.stage``)."""
-    graph = aten_program_or_graph
-    if isinstance(graph, ExportedProgram):
-        graph = graph.module()
-    if not isinstance(graph, GraphModule):
-        raise ConfigError(f"plan takes an ATen GraphModule or ExportedProgram, not a "
-                          f"{type(graph).__name__}")
-    step = lambda name: (stages or {}).get(name, nullcontext)()  # noqa: E731
-    model = tag_nodes(graph if graph_in_place else copy.deepcopy(graph))
-    samples = list(options.calibration) if options.calibration is not None \
-        else [synthetic_inputs(model)]
-    example_inputs = tuple(example_inputs) if example_inputs is not None else samples[0]
-    quantizer = _Trial()
-    with step("quantize"):
-        reference = quantize(model, example_inputs, samples, quantizer)
-    with step("edge"):
-        edge = to_edge_program(reference, example_inputs)
-    with step("check"):
-        decided = plan_program(edge.exported_program(), target, options, Placement())
-        portable = portable_nodes(reference, decided.placement, decided.target)
-    return replace(decided, fingerprint=quantizer.fingerprint, portable=portable), \
-        reference, edge
-
-
-def portable_nodes(model: GraphModule, placement: Placement, target) -> Mapping[str, str]:
-    """ATen node id -> why the target's Cortex-M kernels cannot take that CPU node
-    (``cortex_m.cortex_m_rejection``); empty for a target without Cortex-M kernels."""
-    if cortex_m_core(target) is None or not placement.cpu:
-        return MappingProxyType({})
-    portable = {}
-    for node in model.graph.nodes:
-        ident = node_id(node)
-        if ident in placement.cpu and ident not in portable:
-            reason = cortex_m_rejection(node)
-            if reason is not None:
-                portable[ident] = reason
-    return MappingProxyType(portable)
-
-
-class _Trial(NeutronQuantizer):
-    """The NPU's quantizer, noting the fingerprint of the graph it annotates: the graph the
-    composed quantizer annotates after the same preparation."""
-
-    fingerprint = ""
-
-    def annotate(self, model):
-        self.fingerprint = fingerprint(model)
-        return super().annotate(model)
-
-
-def decide_placement(model: GraphModule, target, excluded: Iterable[str] = (),
-                     npu_compiler: str = "auto") -> Placement:
-    """Trial: quantize a copy of ``model`` with the NPU's rules, lower it, check it."""
-    return plan(model, target, PlanOptions(tuple(excluded), npu_compiler)).placement
+Planner = Callable[[GraphModule, Target, PlanOptions], Plan]
+"""Makes the plan of an ATen graph (``mcu_npu.flow.place.plan``: the placement trial)."""
 
 
 class TargetQuantizer(Quantizer):
     """Composition of the NPU quantizer and the Cortex-M quantizer for one target.
 
-    ``plan`` (``partition.plan.plan``) says which nodes the NPU runs; ``annotate`` applies it
-    to the graph it was made for, and plans any other graph itself with ``options`` (the
-    plan's when one is given). ``mcu_npu.compile`` passes the plan it already made; the
-    ExecuTorch recipes let the quantizer plan. Both give the same answer: the checks do not
-    depend on calibration data. ``precision`` (a ``PrecisionChoice`` resolved on the graph)
-    gives the NPU nodes it names int16 activations; the Cortex-M side stays int8.
+    ``plan`` (a ``partition.plan.Plan``) says which nodes the NPU runs; ``annotate`` applies
+    it to the graph it was made for, and has any other graph planned by ``planner`` with
+    ``options`` (the plan's when one is given). ``mcu_npu.compile`` passes the plan it
+    already made; the ExecuTorch recipes pass the placement trial as the planner
+    (``mcu_npu.flow.place.plan``). Both give the same answer: the checks do not depend on
+    calibration data. ``precision`` (a ``PrecisionChoice`` resolved on the graph) gives the
+    NPU nodes it names int16 activations; the Cortex-M side stays int8.
     """
 
     def __init__(
@@ -156,6 +65,7 @@ class TargetQuantizer(Quantizer):
         aten_passes: Iterable = (),
         npu_compiler: str = "auto",
         plan: Plan | None = None,
+        planner: Planner | None = None,
         precision: PrecisionChoice | None = None,
     ):
         super().__init__()
@@ -174,6 +84,7 @@ class TargetQuantizer(Quantizer):
         else:
             self.options = PlanOptions(tuple(operators_not_to_delegate), npu_compiler)
         self.plan = plan
+        self.planner = planner
 
     @property
     def excluded(self) -> tuple[str, ...]:
@@ -184,10 +95,14 @@ class TargetQuantizer(Quantizer):
         return tag_nodes(model)
 
     def plan_for(self, model: GraphModule) -> Plan:
-        """The given plan when it was made for ``model``, else ``model`` planned now."""
+        """The given plan when it was made for ``model``, else ``model`` planned now by the
+        planner."""
         if self.plan is not None and self.plan.made_for(model):
             return self.plan
-        return plan(model, self.target, self.options)
+        if self.planner is None:
+            raise ConfigError("the quantizer has no plan for this graph: give it the graph's "
+                              "plan (plan=) or a planner (planner=mcu_npu.flow.place.plan)")
+        return self.planner(model, self.target, self.options)
 
     def annotate(self, model: GraphModule) -> GraphModule:
         decided = self.plan_for(model)

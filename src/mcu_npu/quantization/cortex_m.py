@@ -2,7 +2,7 @@
 
 ExecuTorch's ``CortexMQuantizer`` annotates every pattern its int8 kernels implement. Composed
 with an NPU quantizer it must leave the NPU's nodes alone, so its pattern quantizers see only
-the nodes the filter accepts (``upstream_patches.restrict_cortex_m_quantizer``: the quantizer
+the nodes the filter accepts (``upstream.patches.restrict_cortex_m_quantizer``: the quantizer
 takes no node filter). The explicit-layout variant is used: its lowering handles NCHW
 graphs (convolutions run channels-last between explicit transposes), which is what an
 exported PyTorch model is.
@@ -10,7 +10,7 @@ exported PyTorch model is.
 
 from __future__ import annotations
 
-from ..upstream_patches import NodeFilter, restrict_cortex_m_quantizer
+from ..upstream.patches import NodeFilter, restrict_cortex_m_quantizer
 
 
 def cortex_m_quantizer(node_filter: NodeFilter | None = None, *, is_qat: bool = False):

@@ -8,7 +8,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
-from ..upstream_patches import conv_bn_rewrites_where_they_match
+from ..upstream.patches import conv_bn_rewrites_where_they_match
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
 from .precision import PrecisionChoice, follows_input
@@ -104,7 +104,7 @@ def quantize(
 
     The result is the quantized reference: running it in PyTorch gives the numbers an int8
     deployment must reproduce. torchao's QAT conv + BatchNorm rewrites run only where they
-    can match (``upstream_patches.conv_bn_rewrites_where_they_match``).
+    can match (``upstream.patches.conv_bn_rewrites_where_they_match``).
     """
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 

@@ -5,7 +5,7 @@ A request (``compile(precision=...)``) names a default and per-module or per-nod
 why each requested node that cannot have them stays int8: the NPU's converter takes int8
 only (eIQ Neutron), the node runs on the Cortex-M CPU (ExecuTorch's Cortex-M backend has
 int16 kernels only for quantize, dequantize and div), or its operator has no 16x8
-conversion. ``"auto"`` (``AutoPrecision``) is searched by ``mcu_npu.auto_precision``.
+conversion. ``"auto"`` (``AutoPrecision``) is searched by ``mcu_npu.flow.auto_precision``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 from torch.fx import GraphModule, Node
 
 from ..errors import ConfigError
-from ..graph_ids import node_id
+from ..graph.ids import node_id
 
 INT8, INT16 = "int8", "int16"
 PRECISIONS = (INT8, INT16)
@@ -132,7 +132,7 @@ class PrecisionChoice:
 
 def resolve(request: PrecisionRequest, graph: GraphModule, target, on_cpu: Callable[[str], bool],
             edge_names: Mapping[str, str] | None = None) -> PrecisionChoice:
-    """The nodes of ATen ``graph`` (tagged, ``graph_ids``) that ``request`` makes int16 on
+    """The nodes of ATen ``graph`` (tagged, ``graph.ids``) that ``request`` makes int16 on
     ``target``; ``on_cpu(node id)`` says where the plan runs a node, ``edge_names`` maps the
     report's node names to node ids. An override that names nothing is an error."""
     from ..tflite.registry import annotation_rule, takes_int16

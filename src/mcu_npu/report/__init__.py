@@ -15,7 +15,7 @@ emulator runs it, a device runtime refuses it), and the text's first line says s
 ``versions`` records what a firmware build must match (ExecuTorch, the ``.pte`` schema
 identifier, the NPU compilers' versions, the device runtime's payload format); ``kernels``
 lists every operator and delegate the program calls with the library providing it
-(``mcu_npu.kernels_list``), and ``kernel_problems`` each one the target does not provide.
+(``mcu_npu.firmware.kernels_list``), and ``kernel_problems`` each one the target does not provide.
 ``kernels`` and ``kernel_problems`` are read from the serialized program, so the copy stored
 in the ``.pte`` lacks them and ``load()`` fills them in from the file.
 """
@@ -23,13 +23,13 @@ in the ``.pte`` lacks them and ``load()`` fills them in from the file.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from ..errors import ConfigError
-from ..macs import node_macs  # noqa: F401  (re-exported: its home is mcu_npu.macs)
+from ..graph.macs import node_macs  # noqa: F401  (re-exported: its home is mcu_npu.graph.macs)
+from .stored import REPORT_KEY, REPORT_SLACK, restore_report, stored_report  # noqa: F401
 
-REPORT_KEY = "mcu_npu.report"
 STAT_KEYS = ("npu_cycles", "npu_total_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
 # summary key -> the partition stat it sums, where the two differ: Vela's total cycles
 # (memory-bound layers included) beside its compute-only npu_cycles
@@ -38,37 +38,6 @@ LATENCY_KEYS = ("latency_us", "npu_us", "cpu_us")
 HOST_ONLY_LINE = ("HOST ONLY: the NPU payloads are the reference compiler's; the host runs "
                   "this program, a device runtime refuses it")
 IO_MODES = ("float", "int8")  # compile(io=...): program inputs/outputs float, or the NPU's int8
-
-
-REPORT_SLACK = 2048
-"""Spaces after the report stored at serialization (JSON ignores them), room for what is
-known only once the program exists: its accuracy on the host and its memory."""
-
-
-def stored_report(report: "Report", slack: int = REPORT_SLACK) -> bytes:
-    """The report as stored in the ``.pte`` at serialization, padded with ``slack`` spaces."""
-    return _stored_json(report) + b" " * slack
-
-
-def restore_report(buffer: bytes, stored: bytes, report: "Report") -> bytes:
-    """``buffer`` (a ``.pte`` holding ``stored``) with the stored report replaced, in place
-    and at the same length, by ``report``: accuracy and memory, measured on the serialized
-    program, then travel in the file. Nothing the device runtime reads moves. Memory is left
-    out if both do not fit (``load`` measures it again), then the per-layer table."""
-    at = buffer.find(stored)
-    if at < 0 or buffer.find(stored, at + 1) >= 0:
-        raise ValueError("the stored report is not once in the program")
-    for candidate in (report, replace(report, memory={}), replace(report, memory={}, layers=[])):
-        text = _stored_json(candidate)
-        if len(text) <= len(stored):
-            text += b" " * (len(stored) - len(text))
-            return buffer[:at] + text + buffer[at + len(stored):]
-    return buffer
-
-
-def _stored_json(report: "Report") -> bytes:
-    """Compact JSON without what ``load`` reads from the program itself (the kernels)."""
-    return replace(report, kernels=[], kernel_problems=[]).to_json(indent=None).encode()
 
 
 def check_io(io) -> str:
@@ -107,7 +76,7 @@ class OpPlacement:
     inputs: tuple[str, ...] = ()
     """The compute ops feeding this one (the placement graph's edges)."""
     ident: str | None = None
-    """The ATen node id (``graph_ids.node_id``) the op came from: it links the op to the
+    """The ATen node id (``graph.ids.node_id``) the op came from: it links the op to the
     float model's and the quantized reference's nodes (per-layer error)."""
     precision: str = ""
     """The integer type of the op's output activations, "int8" or "int16" ("" when float)."""
@@ -225,7 +194,7 @@ class Report:
     # text ------------------------------------------------------------------------------
     def __str__(self) -> str:
         s = self.summary
-        lines = [HOST_ONLY_LINE] if self.host_only else []
+        lines = self.host_only_lines()
         lines += [
             f"target {s['target']}   NPU compiler {s['npu_compiler']}",
             f"{s['ops_on_npu']}/{s['ops_total']} compute ops on the NPU "
@@ -263,6 +232,10 @@ class Report:
         lines += self._kernel_lines()
         lines += self.version_lines()
         return "\n".join(line.rstrip() for line in lines)
+
+    def host_only_lines(self) -> list[str]:
+        """The line a report starts with when its NPU payloads run on the host only."""
+        return [HOST_ONLY_LINE] if self.host_only else []
 
     def _precision_lines(self) -> list[str]:
         """What was asked, how many ops run int16, which stay int8 and why, and the search

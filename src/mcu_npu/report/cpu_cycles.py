@@ -214,7 +214,7 @@ def _macs(node, name: str, kind: str) -> int:
     """Multiply-accumulates of a conv / depthwise / matrix op, from its shapes."""
     out, x, w = _val(node), _arg_val(node, 0), _arg_val(node, 1)
     if name.startswith("aten."):
-        from ..macs import node_macs
+        from ..graph.macs import node_macs
 
         return node_macs(node)
     if x is None or w is None:

@@ -168,10 +168,8 @@ def _header(report, s: dict) -> str:
     out = ["<header>", "<h1>mcu-npu compile report</h1>",
            f'<div class="sub">target <b>{escape(str(report.target))}</b> \u00b7 NPU compiler '
            f'<b>{escape(str(report.npu_compiler))}</b></div>']
-    if report.host_only:
-        from . import HOST_ONLY_LINE
-
-        out.append(f'<div class="warn">{escape(HOST_ONLY_LINE)}</div>')
+    for line in report.host_only_lines():
+        out.append(f'<div class="warn">{escape(line)}</div>')
     cards = [_card("ops on the NPU", f"{s['ops_on_npu']}/{s['ops_total']}",
                    f"{100 * s['npu_ops_fraction']:.1f}% of compute ops; {s['ops_on_cpu']} on "
                    f"the CPU ({s['ops_on_cortex_m']} Cortex-M int8)"),

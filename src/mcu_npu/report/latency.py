@@ -153,12 +153,12 @@ def _delegate_rows(node, gm, info, k: int, target, report, core, cpu_hz) -> list
 def _runtime_move(target, lowered, what: str, i: int, t):
     """(kind, label) of the CPU work the device runtime does on one delegate input or
     output, or None: the Ethos-U runtime memcpys each one, the Neutron runtime transposes
-    the flagged ones (``device_io.neutron_transposes``) unless already channels last."""
+    the flagged ones (``device.delegate_io.neutron_transposes``) unless already channels last."""
     if target.npu.kind is NpuKind.ETHOS_U:
         return "copy", "EthosUBackend memcpy"
     if target.npu.kind is not NpuKind.NEUTRON:
         return None
-    from ..device_io import is_channels_last, neutron_transposes
+    from ..device.delegate_io import is_channels_last, neutron_transposes
 
     flags = _neutron_flags(bytes(lowered.processed_bytes))
     if flags is None:
@@ -174,7 +174,7 @@ def _runtime_move(target, lowered, what: str, i: int, t):
 def _neutron_flags(processed: bytes):
     """(input flags, output flags) in delegate argument order, from a Neutron or reference
     payload; None when the payload records none."""
-    from ..payload import is_container, unpack_reference
+    from ..device.payload import is_container, unpack_reference
 
     if is_container(processed):
         formats = unpack_reference(processed)[1].get("neutron_formats")
@@ -198,7 +198,7 @@ def _partition_macs(report, k: int) -> int:
 
 def _weight_bytes(lowered) -> int:
     """Bytes of the partition's constant tensors (int8 weights, int32 biases, as stored)."""
-    from ..payload import is_container, unpack_reference
+    from ..device.payload import is_container, unpack_reference
 
     processed = bytes(lowered.processed_bytes)
     if not is_container(processed):  # a Neutron payload: its weights section

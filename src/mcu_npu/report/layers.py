@@ -1,10 +1,11 @@
 """Per-layer error: each compute op's host-run tensor and quantized-reference tensor against
 the float model.
 
-Three runs of every sample give each compute op of the report three values:
+Three runs of every sample give each compute op of the report three values (``layer_rows``;
+``flow.measure.layer_errors`` gathers what they run on):
 
 - float: the model as given, exported and rewritten exactly as it was for quantization
-  (so its nodes carry the ids the quantizer gave them, ``graph_ids``), batch norms folded
+  (so its nodes carry the ids the quantizer gave them, ``graph.ids``), batch norms folded
   into their convolutions as PT2E does, run in float64;
 - reference: the converted PT2E reference run exactly (``quantization.exact``); an op's value
   is its output as the next op reads it, i.e. after its quantize;
@@ -36,10 +37,9 @@ import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 
-from ..device_io import inverse
-from ..errors import ConfigError
-from ..graph_ids import node_id
-from ..metrics import sqnr_db
+from ..device.delegate_io import inverse
+from ..graph.ids import node_id
+from .metrics import sqnr_db
 from ..quantization.exact import _DEQUANTIZE, _QUANTIZE, _Float64
 
 SOURCE_NPU = "npu"
@@ -56,35 +56,29 @@ tensor of): ``sqnr_db`` is the quantized reference's there (the numerics contrac
 host compute the same), and ``gap_db`` and ``max_error_steps`` are None."""
 
 
-def layer_errors(prog, samples) -> list[dict]:
-    """One row per compute op of ``prog.report`` on ``samples`` (tuples of float model
-    inputs, or tensors of a one-input model), sorted by ``loss_db``, largest first (module
-    docstring). Row keys: ``node``, ``op``, ``runs_on``, ``source`` (where the host value
-    came from: ``SOURCE_NPU``, ``SOURCE_NPU_MOVED``, ``SOURCE_OUTPUT`` or
-    ``SOURCE_REFERENCE``), ``measured_at``, ``sqnr_db`` (host vs float),
-    ``reference_sqnr_db`` (reference vs float), ``gap_db`` (reference minus host),
+def layer_rows(ops, reference: GraphModule, float_graph: GraphModule, edge_ids: dict[str, str],
+               run, samples: list[tuple]) -> list[dict]:
+    """One row per compute op of ``ops`` (the report's ``OpPlacement`` rows) on ``samples``
+    (tuples of float model inputs), sorted by ``loss_db``, largest first (module
+    docstring). ``reference``: the quantized reference; ``float_graph``: the float model as
+    it was quantized; ``edge_ids``: Edge node name -> node id; ``run``: a sample -> the
+    host-run program's float outputs. Row keys: ``node``, ``op``, ``runs_on``, ``source``
+    (where the host value came from: ``SOURCE_NPU``, ``SOURCE_NPU_MOVED``,
+    ``SOURCE_OUTPUT`` or ``SOURCE_REFERENCE``), ``measured_at``, ``sqnr_db`` (host vs
+    float), ``reference_sqnr_db`` (reference vs float), ``gap_db`` (reference minus host),
     ``max_error_steps`` (largest |host - reference| in the reference's quantization steps
     of that tensor), ``loss_db``."""
-    if prog.reference is None or prog.float_model is None:
-        raise ConfigError("per-layer error needs the program as compiled in this process "
-                          "(its float model and quantized reference); a loaded .pte has "
-                          "neither: compile the model again")
-    samples = _samples(samples)
-    ops = prog.report.ops
-    edge_ids = _edge_ids(prog, samples[0])
     edge_names = _edge_names(edge_ids)
-    ref_graph = prog.reference
-    float_graph = _float_graph(prog, samples[0])
-    by_id = _nodes_by_id(ref_graph)
+    by_id = _nodes_by_id(reference)
     points = {o.node: _measure_point(by_id.get(edge_ids.get(o.node))) for o in ops}
-    placeholders = [n for n in ref_graph.graph.nodes if n.op == "placeholder"]
-    ref_outputs = _output_producers(ref_graph)
+    placeholders = [n for n in reference.graph.nodes if n.op == "placeholder"]
+    ref_outputs = _output_producers(reference)
     values = {o.node: _Values() for o in ops}
     quantized_inputs = {o.node: [] for o in ops}
     for sample in samples:
         floats = _capture(float_graph, sample)
-        refs = _capture(ref_graph, sample)
-        host, outputs = _host_run(prog, sample, ref_outputs)
+        refs = _capture(reference, sample)
+        host, outputs = _host_run(run, sample, ref_outputs)
         host_values: dict[Node, torch.Tensor] = {}  # reference node -> its host value
         inputs = dict(zip(placeholders, sample))
         for o in ops:
@@ -168,53 +162,18 @@ def _capture(gm: GraphModule, sample: tuple) -> dict:
     return out
 
 
-def _float_graph(prog, sample: tuple) -> GraphModule:
-    """The float model as it was quantized: exported and rewritten by the target's ATen
-    passes (exact float rewrites), its nodes tagged with the ids the reference carries, and
-    batch norms folded into the convolutions before them as PT2E's prepare does, so a
-    convolution's value is the one its quantized counterpart computes."""
-    from torchao.quantization.pt2e.utils import _fuse_conv_bn_
-
-    from ..pipeline import default_aten_passes, export_module
-    from ..quantization.composed import TargetQuantizer
-    from ..targets import get_target
-
-    target = get_target(prog.report.target)
-    graph = export_module(prog.float_model, sample)
-    graph = TargetQuantizer(target, aten_passes=default_aten_passes(target)) \
-        .transform_for_annotation(graph)
-    _fuse_conv_bn_(graph)
-    return graph
-
-
-def _edge_ids(prog, sample: tuple) -> dict[str, str]:
-    """Edge node name -> node id. The report names Edge nodes; the reference converts to
-    that Edge program again (the conversion is deterministic, names included)."""
-    ids = {o.node: o.ident for o in prog.report.ops if getattr(o, "ident", None)}
-    if len(ids) == len(prog.report.ops):
-        return ids
-    from ..pipeline import to_edge_program
-
-    edge = to_edge_program(prog.reference, sample)
-    for n in edge.exported_program().graph.nodes:
-        ident = node_id(n)
-        if n.op == "call_function" and ident is not None:
-            ids.setdefault(n.name, ident)
-    return ids
-
-
 def _edge_names(edge_ids: dict[str, str]) -> dict[str, str]:
     """Node id -> the last Edge node made from it (the one holding its result)."""
     return {ident: name for name, ident in edge_ids.items()}
 
 
-def _host_run(prog, sample: tuple, producers: list) -> tuple[dict, dict]:
+def _host_run(run, sample: tuple, producers: list) -> tuple[dict, dict]:
     """One host run of the ``.pte`` on ``sample``: the NPU graphs' tensors by name, and the
     program's outputs (dequantized) by the reference node computing each (``producers``)."""
     from ..runtime.npu_emulator import recording_tensors
 
     with recording_tensors() as calls:
-        outputs = prog.dequantize_outputs(prog.run(*prog.quantize_inputs(*sample)))
+        outputs = run(sample)
     tensors = {}
     for call in calls:
         tensors.update(call)
@@ -456,15 +415,3 @@ def _order(row: dict):
     """Largest loss first, then largest gap; rows without a loss last."""
     loss = row["loss_db"]
     return (loss is None, -(loss or 0.0), -(row["gap_db"] or 0.0))
-
-
-def _samples(samples) -> list[tuple]:
-    if isinstance(samples, torch.Tensor):
-        samples = [samples]
-    out = []
-    for s in samples:
-        s = (s,) if isinstance(s, torch.Tensor) else tuple(s)
-        out.append(tuple(torch.as_tensor(x) for x in s))
-    if not out:
-        raise ConfigError("accuracy samples are empty: pass at least one model input")
-    return out

@@ -152,7 +152,7 @@ def _host_graph_tensors(blob: bytes) -> tuple[int, int]:
     reading them (graph outputs to the end)."""
     from ai_edge_litert import schema_py_generated as schema
 
-    from ..payload import unpack
+    from ..device.payload import unpack
 
     tflite = unpack(blob)["tflite"]
     model = schema.Model.GetRootAs(tflite, 0)
@@ -196,7 +196,7 @@ def _host_graph_tensors(blob: bytes) -> tuple[int, int]:
 
 def payload_figures(delegate_id: str, blob: bytes) -> dict:
     """Flash parts and per-call scratch of one NPU payload, read as its runtime reads it."""
-    from ..payload import is_container
+    from ..device.payload import is_container
 
     if is_container(blob):
         weights, scratch = _host_graph_tensors(blob)
@@ -290,8 +290,8 @@ def program_figures(program, size: int | None = None) -> dict:
     as one method is loaded and run at a time), and ``npu_reads_program``: an NPU payload
     reads its weights where the program lies. ``size``: the program's bytes, for a Program
     that does not record them."""
-    from ..payload import HOST_GRAPH_PREFIX
-    from ..report import REPORT_KEY
+    from ..device.payload import HOST_GRAPH_PREFIX
+    from .stored import REPORT_KEY
 
     prog, size = _program(program, size)
     pte = prog._pte

@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 
 from ..errors import InvalidProgramError
-from ..upstream_patches import import_cortex_m_ops
+from ..upstream.patches import import_cortex_m_ops
 
 Kernel = Callable[["Frame", Sequence[int]], None]
 

@@ -9,7 +9,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-from ..tflite_model import TFLiteModel, input_array, output_array
+from ..device.tflite_model import TFLiteModel, input_array, output_array
 
 
 def interpreter(buffer: bytes, *, keep_all_tensors: bool = False) -> Interpreter:

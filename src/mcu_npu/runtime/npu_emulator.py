@@ -2,7 +2,7 @@
 TFLite graph in LiteRT standing in for the NPU.
 
 Each emulator copies delegate inputs and outputs exactly as its device runtime does
-(``device_io`` has the rules) and applies the runtime's checks and refusals; nothing else
+(``device.delegate_io`` has the rules) and applies the runtime's checks and refusals; nothing else
 moves or converts data. So a program whose partition graph expects another layout than the
 runtime hands it computes wrong numbers here, as it would on the board.
 
@@ -33,11 +33,11 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..device_io import neutron_layout, to_npu
+from ..device.delegate_io import neutron_layout, to_npu
 from ..errors import InvalidProgramError
 from ..npu import ethosu_payload as bin_stream
 from ..npu import neutron_payload as nxp
-from ..payload import find_host_graph, is_container, unpack_reference
+from ..device.payload import find_host_graph, is_container, unpack_reference
 from .delegates import DeviceTensor
 from .litert import TensorValue, interpreter, op_outputs
 

@@ -1,6 +1,6 @@
 """Edge-dialect partitions -> TFLite int8 flatbuffers (NHWC, quantization parameters)."""
 
-from ..tflite_model import IOSpec, TFLiteModel, input_array, output_array
+from ..device.tflite_model import IOSpec, TFLiteModel, input_array, output_array
 from . import ops  # noqa: F401  (registers every converter with the registry)
 from .converter import convert
 from .describe import describe

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch.fx import Node
 
-from ..fx_schema import bind  # noqa: F401  (the converters' binder)
+from ..graph.schema import bind  # noqa: F401  (the converters' binder)
 
 
 def shape_of(node: Node) -> tuple[int, ...]:

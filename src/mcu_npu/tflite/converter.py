@@ -15,9 +15,9 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx import Node
 
-from ..device_io import choose_layout
+from ..device.delegate_io import choose_layout
 from ..errors import ConversionError, InvalidProgramError, first_line
-from ..tflite_model import IOSpec, TFLiteModel
+from ..device.tflite_model import IOSpec, TFLiteModel
 from . import layout
 from .args import shape_of
 from .builder import ModelBuilder

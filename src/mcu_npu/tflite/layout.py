@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 # one definition each, shared with the runtime
-from ..device_io import inverse, same_memory_order  # noqa: F401
+from ..device.delegate_io import inverse, same_memory_order  # noqa: F401
 
 Perm = tuple[int, ...]
 

@@ -22,7 +22,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
 from mcu_npu.errors import UnsupportedModelError
-from mcu_npu.fx_schema import bind
+from mcu_npu.graph.schema import bind
 
 aten = torch.ops.aten
 

@@ -37,7 +37,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from mcu_npu.fx_schema import bind
+from mcu_npu.graph.schema import bind
 from mcu_npu.passes.aten._recurrent import (Emitter, constant_attr, finish, is_call,
                                            replace_by_first_output, static_shape)
 

@@ -26,7 +26,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from mcu_npu.fx_schema import bind
+from mcu_npu.graph.schema import bind
 from mcu_npu.passes.aten._recurrent import Emitter, is_call, replace_nodes, static_shape
 
 aten = torch.ops.aten

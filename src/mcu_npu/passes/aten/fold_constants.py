@@ -46,7 +46,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from torch.utils import _pytree as pytree
 
-from mcu_npu.fx_schema import bind
+from mcu_npu.graph.schema import bind
 from mcu_npu.passes.aten._recurrent import STATE_KEY, finish
 
 aten = torch.ops.aten

@@ -33,7 +33,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .files import write_atomic
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -83,7 +83,7 @@ def _float(x: float) -> str:
 
 
 def _io_defines(prefix: str, program, report) -> list[str]:
-    from .runtime.kernels import dtype_of
+    from ..runtime.kernels import dtype_of
 
     plans = {p.name: p for p in program._pte.program.execution_plan}
     plan = plans.get("forward") or next(iter(plans.values()))
@@ -123,8 +123,8 @@ def _io_defines(prefix: str, program, report) -> list[str]:
 def header_text(buffer: bytes, report=None, *, name: str = "model_pte",
                 section: str | None = ".rodata.model_pte") -> str:
     """The header's text (see the module docstring)."""
-    from .report.memory import program_figures
-    from .runtime.pte import Program
+    from ..report.memory import program_figures
+    from ..runtime.pte import Program
 
     check_name(name)
     section = check_section(section)

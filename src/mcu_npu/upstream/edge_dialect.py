@@ -41,8 +41,8 @@ from torch.fx import GraphModule, Node
 from torch.fx.traceback import NodeSource
 from torch.utils import _pytree as pytree
 
-from .fx_schema import bind
-from .passes.aten._recurrent import fake_value
+from ..graph.schema import bind
+from ..passes.aten._recurrent import fake_value
 
 aten = torch.ops.aten
 

@@ -22,8 +22,8 @@ from enum import IntEnum
 
 import numpy as np
 
-from .errors import InvalidProgramError
-from .targets import NpuKind
+from ..errors import InvalidProgramError
+from ..targets import NpuKind
 
 Perm = tuple[int, ...]
 

@@ -13,7 +13,7 @@ import re
 import warnings
 from pathlib import Path
 
-from .errors import McuNpuError
+from ..errors import McuNpuError
 
 HOST_ONLY_COMPILER = "reference"
 
@@ -65,9 +65,9 @@ def compiler_version(name: str) -> str:
 def runtime_expectations(target, payloads: list[bytes]) -> dict:
     """What the target's device runtime must read: the payload format (and, for Neutron, the
     payload versions found in ``payloads``)."""
-    from .npu import neutron_payload as nxp
-    from .payload import VERSION, is_container
-    from .targets import NpuKind
+    from ..npu import neutron_payload as nxp
+    from ..device.payload import VERSION, is_container
+    from ..targets import NpuKind
 
     kind = target.npu.kind
     if not payloads:  # no delegate: nothing for an NPU runtime to read
@@ -111,12 +111,12 @@ def edge_payloads(edge) -> list[bytes]:
 
 def how_to_deploy(target) -> str:
     """What gives a deployable program for ``target``."""
-    from .npu.compilers import VENDOR_COMPILERS
-    from .targets import get_target, targets
+    from ..npu.compilers import VENDOR_COMPILERS
+    from ..targets import get_target, targets
 
     vendor = target.npu.vendor_compiler
     if vendor == "neutron":
-        from .npu.neutron import SDK_INDEX, SDK_PACKAGE
+        from ..npu.neutron import SDK_INDEX, SDK_PACKAGE
 
         install = (f"install NXP's eIQ Neutron SDK (pip install --index-url {SDK_INDEX} "
                    f"{SDK_PACKAGE}) so npu_compiler=\"auto\" uses it")

@@ -35,11 +35,11 @@ WRITTEN_AGAINST = {"executorch": "1.5.1", "torch": "2.13"}
 # --- to_edge without its decomposition re-trace ---------------------------------------------
 def edge_program_from_core_aten(ep, config):
     """The ``EdgeProgramManager`` ``to_edge(ep, compile_config=config)`` gives, for an ``ep``
-    already decomposed with ``to_edge``'s table (``pipeline.core_aten_program``).
+    already decomposed with ``to_edge``'s table (``flow.edge.core_aten_program``).
 
     What: runs ``executorch.exir.program._program._generate_edge_program`` -- the step
     ``to_edge`` runs after ``program.run_decompositions(table)`` -- and wraps the result as
-    ``to_edge`` does. With ``config._check_ir_validity`` False (``pipeline``'s config),
+    ``to_edge`` does. With ``config._check_ir_validity`` False (``flow.edge``'s config),
     ``to_edge`` does nothing else.
 
     Why: ``run_decompositions`` always re-traces the whole program on fake tensors, even

@@ -6,7 +6,7 @@ named like the device runtimes' ids, so these classes carry names of their own a
 lowered modules afterwards; a vendor payload then runs on the device runtime unchanged, and
 importing an upstream backend in the same process cannot take over this project's
 partitions. A vendor payload's TFLite graph is kept as named data beside it, under a key
-derived from the payload (``payload.host_graph_key``), for the host emulator; device
+derived from the payload (``device.payload.host_graph_key``), for the host emulator; device
 runtimes never look it up.
 """
 
@@ -22,13 +22,13 @@ from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch.export import ExportedProgram
 
 from .compile_spec import NpuCompileSpec
-from .errors import (ConfigError, ConversionError, McuNpuError, NpuCompilerError,
+from ..errors import (ConfigError, ConversionError, McuNpuError, NpuCompilerError,
                      PartitionError, first_line)
-from .npu.compilers import get_compiler
-from .payload import host_graph_key
-from .targets import NpuKind, get_target
-from .tflite import convert
-from .tflite.describe import op_names
+from ..npu.compilers import get_compiler
+from ..device.payload import host_graph_key
+from ..targets import NpuKind, get_target
+from ..tflite import convert
+from ..tflite.describe import op_names
 
 
 def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
@@ -96,7 +96,7 @@ def backend_for(kind: NpuKind) -> type[BackendDetails]:
 def compute_nodes(partition: ExportedProgram) -> tuple[str, ...]:
     """Names of the compute nodes of a partition (its calls other than quantize, dequantize
     and tuple access): the nodes of the delegating program they were cut from."""
-    from .tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
+    from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
 
     skip = {*QUANTIZE, *DEQUANTIZE, *DEQUANTIZE_PER_CHANNEL}
     return tuple(n.name for n in partition.graph.nodes

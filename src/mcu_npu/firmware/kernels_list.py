@@ -100,8 +100,8 @@ def library_of(op: str) -> str:
 
 def target_libraries(target) -> tuple[set[str], set[str]]:
     """(kernel libraries, delegate backend ids) a target's firmware can link."""
-    from .backend import backend_for
-    from .cortex_m import cortex_m_core
+    from ..backend.delegate import backend_for
+    from ..backend.cortex_m import cortex_m_core
 
     libraries = {PORTABLE, QUANTIZED, PRIM}
     if cortex_m_core(target) is not None:
@@ -149,7 +149,7 @@ def edge_op_nodes(edge, names: dict | None = None) -> dict[str, list[str]]:
     """Operator name (``ns::name``) -> the nodes of a lowered Edge program manager calling it,
     each named by the ATen node it was made from (``names`` maps that node's id to the
     report's node name) when known."""
-    from .graph_ids import node_id
+    from ..graph.ids import node_id
 
     found: dict[str, list[str]] = {}
     for method in edge.methods:
@@ -220,9 +220,9 @@ def fill_report(report, program, target=None, edge=None, names: dict | None = No
     (bytes, or a ``mcu_npu.runtime.pte.Program``); ``target`` defaults to the report's;
     ``edge``, the Edge program it was serialized from, names the nodes behind a problem
     (``names``: ATen node id -> the report's node name)."""
-    from .errors import ConfigError
-    from .runtime.pte import Program
-    from .targets import get_target
+    from ..errors import ConfigError
+    from ..runtime.pte import Program
+    from ..targets import get_target
 
     if isinstance(program, (bytes, bytearray, memoryview)):
         program = Program(bytes(program))

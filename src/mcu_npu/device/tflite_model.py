@@ -2,7 +2,7 @@
 TFLite flatbuffer and how each of its inputs and outputs maps to a PyTorch tensor.
 
 The converter (``mcu_npu.tflite``) makes these, the NPU compilers compile them, the payload
-(``mcu_npu.payload``) carries them and the host runtime runs them; this module needs none of
+(``mcu_npu.device.payload``) carries them and the host runtime runs them; this module needs none of
 those, so the runtime reads partitions without loading the converter.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .device_io import inverse
+from .delegate_io import inverse
 
 
 @dataclass(frozen=True)

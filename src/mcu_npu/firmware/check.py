@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import struct
 
-from .errors import InvalidProgramError
+from ..errors import InvalidProgramError
 
 # ExecuTorch ScalarType -> element size the Ethos-U runtime accepts for it (EthosUBackend.cpp:
 # Char/Byte/Bool with 1-byte, Short with 2-byte, Int with 4-byte Vela tensors).
@@ -26,7 +26,7 @@ def delegate_calls(program):
     """Per delegate call of every method: (index, backend id, processed bytes, input tensors,
     output tensors), each tensor (sizes, dim order, scalar type) as the ``.pte`` holds it and
     the arguments split as the device runtime splits them (by the payload's input count)."""
-    from .runtime.delegates import delegate_call_sites
+    from ..runtime.delegates import delegate_call_sites
 
     pte = program._pte.program
     calls = []
@@ -45,8 +45,8 @@ def _described(val) -> tuple:
 
 def neutron_problems(data: bytes, inputs, outputs) -> list[str]:
     """Where the Neutron runtime would refuse this payload, or these delegate tensors."""
-    from .device_io import neutron_layout
-    from .npu import neutron_payload as nxp
+    from ..device.delegate_io import neutron_layout
+    from ..npu import neutron_payload as nxp
 
     try:
         payload = nxp.parse(data)
@@ -92,7 +92,7 @@ def _ethos_u_arch(target) -> int:
 def ethos_u_problems(data: bytes, inputs, outputs, target=None) -> list[str]:
     """Where the Ethos-U runtime (or its driver, for ``target``'s NPU) would refuse this
     payload, or these delegate tensors."""
-    from .npu import ethosu_payload
+    from ..npu import ethosu_payload
 
     try:
         stream = ethosu_payload.parse(data)
@@ -124,8 +124,8 @@ def ethos_u_problems(data: bytes, inputs, outputs, target=None) -> list[str]:
 
 
 def payload_problems(target, data: bytes, inputs, outputs) -> list[str]:
-    from .payload import is_container
-    from .targets import NpuKind
+    from ..device.payload import is_container
+    from ..targets import NpuKind
 
     kind = target.npu.kind
     if is_container(data):
@@ -142,8 +142,8 @@ def layout_problems(program) -> list[str]:
     """Each delegate tensor the ``.pte`` hands over in another memory order than the one its
     partition was converted for (read from the graph kept beside the payload): the NPU would
     read it transposed. Programs whose payloads keep no graph are not checked."""
-    from .device_io import identity, same_memory_order
-    from .payload import find_host_graph, is_container, unpack_reference
+    from ..device.delegate_io import identity, same_memory_order
+    from ..device.payload import find_host_graph, is_container, unpack_reference
 
     found = []
     for index, backend, data, inputs, outputs in delegate_calls(program):
@@ -167,11 +167,11 @@ def layout_problems(program) -> list[str]:
 def check_program(source, target_name: str) -> list[str]:
     """One line per reason the ``.pte`` at ``source`` (path or bytes) would not run on
     ``target_name``'s board; empty when none is found."""
-    from .backend import backend_for
+    from ..backend.delegate import backend_for
     from .kernels_list import kernel_list, problems as kernel_problems
-    from .report import REPORT_KEY, Report
-    from .runtime.pte import load
-    from .targets import get_target
+    from ..report import REPORT_KEY, Report
+    from ..runtime.pte import load
+    from ..targets import get_target
 
     target = get_target(target_name)
     program = load(source)

@@ -36,10 +36,10 @@ from typing import Callable
 
 import torch
 
-from .errors import ConfigError, McuNpuError, stage
-from .graph_ids import node_id
-from .quantization.precision import INT8, INT16, AutoPrecision, PrecisionRequest
-from .targets import get_target
+from ..errors import ConfigError, McuNpuError, stage
+from ..graph.ids import node_id
+from ..quantization.precision import INT8, INT16, AutoPrecision, PrecisionRequest
+from ..targets import get_target
 
 MAX_TRIALS = 8
 """Compiles the search makes beyond the int8 baseline."""
@@ -108,17 +108,9 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) \
         else tuple(example_inputs)
     user_layers = accuracy_samples
-    compiled = 0
-
-    def compile_one(request: PrecisionRequest, layer_samples):
-        nonlocal compiled
-        compiled += 1  # calibration progress of the first compile only
-        with stage("compiling the model"):
-            return compile_fn(model, inputs, target, calibration, npu_compiler,
-                              operators_not_to_delegate, progress if compiled == 1 else False,
-                              train_fn, io, deployable, strict, layer_samples, request,
-                              report_slack=RECORD_SLACK)
-
+    compile_one = _compiler(compile_fn, model, inputs, target, calibration, npu_compiler,
+                            operators_not_to_delegate, progress, train_fn, io, deployable,
+                            strict)
     show = bool(progress) if progress is not None else sys.stderr.isatty()
     s = _Search(auto, show)
     samples = _samples(auto.samples) if auto.samples is not None else None
@@ -139,11 +131,41 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
     if over:
         return _finish(s, base, base, goal, budget, [],
                        f"the int8 program is already {over}: no layer can be raised")
-    layer_samples = user_layers
     ranked = candidates(base.prog)
     if not ranked:
         return _finish(s, base, base, goal, budget, [],
                        "no layer on the NPU converts with int16 activations")
+    best, chosen, left = _raise_layers(
+        s, lambda request: _measure(s, compile_one(request, accuracy_samples), samples, tgt),
+        base, ranked, goal, budget, user_layers)
+    return _finish(s, base, best, goal, budget, chosen, None, left=left)
+
+
+def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
+    """(request, per-layer samples) -> ``compile_fn``'s program for ``model`` with the
+    compile arguments ``args`` (target to strict) and room for the search record; the
+    calibration progress shows on the first compile only."""
+    (target, calibration, npu_compiler, operators_not_to_delegate, progress, train_fn, io,
+     deployable, strict) = args
+    compiled = 0
+
+    def compile_one(request: PrecisionRequest, layer_samples):
+        nonlocal compiled
+        compiled += 1
+        with stage("compiling the model"):
+            return compile_fn(model, inputs, target, calibration, npu_compiler,
+                              operators_not_to_delegate, progress if compiled == 1 else False,
+                              train_fn, io, deployable, strict, layer_samples, request,
+                              report_slack=RECORD_SLACK)
+
+    return compile_one
+
+
+def _raise_layers(s: _Search, measure: Callable[[PrecisionRequest], _Point], base: _Point,
+                  ranked: list[Layer], goal: dict, budget: dict, layer_samples):
+    """The greedy search (module docstring, 3.) from the int8 ``base`` over the ``ranked``
+    candidates; ``measure`` compiles and measures a request. Returns (the best point, the
+    layers kept, how many candidates were left untried)."""
     chosen: list[Layer] = []
     done: set[str] = set()
     best = base
@@ -153,9 +175,8 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
         done.add(layer.label)
         trial += 1
         names = tuple(n for c in (*chosen, layer) for n in c.names)
-        request = PrecisionRequest(INT8, tuple((n, INT16) for n in names))
         try:
-            point = _measure(s, compile_one(request, accuracy_samples), samples, tgt)
+            point = measure(PrecisionRequest(INT8, tuple((n, INT16) for n in names)))
         except McuNpuError as exc:
             _step(s, trial, layer, None, False, f"compile failed: {str(exc).splitlines()[0]}")
             continue
@@ -171,7 +192,7 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
             rows = _layer_rows(best.prog, layer_samples)
             if rows is not None:
                 ranked = [c for c in candidates(best.prog, rows) if c.label not in done]
-    return _finish(s, base, best, goal, budget, chosen, None, left=len(ranked))
+    return best, chosen, len(ranked)
 
 
 def _min_gain(auto: AutoPrecision) -> float:
@@ -189,7 +210,7 @@ def _layer_rows(prog, samples) -> list[dict] | None:
     except McuNpuError as exc:
         warnings.warn(f"precision='auto': per-layer error not measured on the program with "
                       f"int16 layers ({str(exc).splitlines()[0]}); the first ranking is "
-                      "kept", UserWarning, stacklevel=4)
+                      "kept", UserWarning, stacklevel=5)
         return None
 
 
@@ -200,8 +221,8 @@ def candidates(prog, rows: list[dict] | None = None) -> list[Layer]:
     measurable noise come last, cheapest first, if they compute (MACs): their int8 output may
     become the floor once the noise before them is gone (a Linear after a recurrent
     layer)."""
-    from .report import Kernel
-    from .tflite.registry import takes_int16
+    from ..report import Kernel
+    from ..tflite.registry import takes_int16
 
     ops = prog.report.ops
     by_id = {node_id(n): n for n in prog.reference.graph.nodes
@@ -298,7 +319,7 @@ def _bytes(report) -> int | None:
 def host_sqnr_db(prog, samples: list[tuple]) -> float:
     """SQNR (dB) of the host-run ``prog`` against its float model on ``samples``, as
     ``report.accuracy["sqnr_db"]`` is measured (all outputs)."""
-    from .metrics import flat_outputs, sqnr_db
+    from ..report.metrics import flat_outputs, sqnr_db
 
     floats, tests = [], []
     with torch.no_grad():
@@ -405,7 +426,7 @@ def _finish(s: _Search, base: _Point, best: _Point, goal: dict, budget: dict,
 
 
 def _stored_has_record(prog) -> bool:
-    from .report import Report
+    from ..report import Report
 
     if prog._report_span is None:
         return False

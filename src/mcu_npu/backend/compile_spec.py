@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 KEY = "mcu_npu"
 

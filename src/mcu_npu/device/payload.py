@@ -28,7 +28,7 @@ import json
 import struct
 from dataclasses import asdict
 
-from .errors import InvalidProgramError
+from ..errors import InvalidProgramError
 from .tflite_model import IOSpec, TFLiteModel
 
 MAGIC = b"MNPU"

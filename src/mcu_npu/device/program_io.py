@@ -1,13 +1,12 @@
-"""Program I/O in int8 (``compile(..., io="int8")``): the boundary quantize / dequantize
-removed from the lowered program, and the host-side conversions with the recorded
-parameters."""
+"""Program I/O in int8 (``compile(..., io="int8")``): the host-side conversions of a
+program's inputs and outputs with the parameters its report records (``flow.int8_io``
+removes the boundary quantize / dequantize from the lowered program)."""
 
 from __future__ import annotations
 
 import torch
 
-from .errors import ConfigError, InputError, stage
-from .passes.edge import RemoveInputQuantize, RemoveOutputDequantize
+from ..errors import InputError
 
 
 def _quantized_decomposed():
@@ -48,20 +47,3 @@ def dequantize_outputs(io: dict, outputs) -> list[torch.Tensor]:
             y, spec["scale"], spec["zero_point"], spec["quant_min"], spec["quant_max"],
             getattr(torch, spec["dtype"])))
     return out
-
-
-def quantize_io(edge) -> tuple:
-    """(``edge`` with int8 program inputs and outputs, their quantization as the report's
-    ``io``): the quantize reading each input and the dequantize making each output are
-    removed from the lowered program in place (``passes.edge``)."""
-    if len(edge.methods) != 1:
-        raise ConfigError(f"io='int8' takes a program with one method, this one has "
-                          f"{len(edge.methods)}")
-    program = edge.exported_program(next(iter(edge.methods)))
-    inputs, outputs = RemoveInputQuantize(), RemoveOutputDequantize()
-    with stage("making the program's inputs and outputs int8",
-               "compile with io='float', or report it"):
-        inputs(program)
-        outputs(program)
-    return edge, {"mode": "int8", "inputs": [r.as_dict() for r in inputs.inputs],
-                  "outputs": [r.as_dict() for r in outputs.outputs]}

@@ -19,7 +19,7 @@ from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 NAMESPACE = "cortex_m"
 

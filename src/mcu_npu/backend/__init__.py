@@ -1,0 +1,2 @@
+"""The ExecuTorch backends: the NPU delegates' ``preprocess`` with their typed compile spec,
+and the Cortex-M lowering of what no delegate takes."""

@@ -1,0 +1,70 @@
+"""Edge: the quantized reference lowered to ExecuTorch's Edge dialect, the ops the converter
+takes whole preserved (``edge_compile_config``), done in place where that gives what
+``to_edge`` would (``upstream.edge_dialect``, ``upstream.decompose_in_place``)."""
+
+from __future__ import annotations
+
+import torch
+from executorch.exir import EdgeCompileConfig, EdgeProgramManager
+from executorch.exir.tracer import _default_decomposition_table
+from torch.fx import GraphModule
+
+from ..tflite.registry import PRESERVED_ATEN_OPS
+from ..upstream.decompose_in_place import decompose_in_place
+from ..upstream.edge_dialect import to_edge_in_place
+from ..upstream.patches import edge_program_from_core_aten
+
+TO_EDGE = "converting the quantized model to the Edge dialect"
+"""The stage that runs ``to_edge_program`` (``errors.stage``)."""
+
+
+def edge_compile_config() -> EdgeCompileConfig:
+    """Quantized graphs carry ops outside the core ATen set; the converter checks them."""
+    return EdgeCompileConfig(_check_ir_validity=False, preserve_ops=list(PRESERVED_ATEN_OPS))
+
+
+def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgramManager:
+    """Quantized reference -> Edge program, with the converter's ops preserved: converted in
+    place when that gives what ``to_edge`` would (``upstream.edge_dialect``), else by ``to_edge``'s
+    passes without its second decomposition (``upstream.patches``)."""
+    config = edge_compile_config()
+    ep = core_aten_program(reference, example_inputs, config)
+    edge = to_edge_in_place(ep, config)
+    if edge is None:  # to_edge's passes, without its decomposition (done already)
+        edge = edge_program_from_core_aten(ep, config)
+    return edge
+
+
+def core_aten_program(reference: GraphModule, example_inputs: tuple,
+                      config: EdgeCompileConfig) -> torch.export.ExportedProgram:
+    """``reference`` exported and decomposed as ``to_edge`` would, but re-traced only if an
+    op needs more than a one-node rewrite (``upstream.decompose_in_place``). Unrolled
+    recurrent graphs hold thousands of nodes, so node
+    provenance (``from_node``, which every re-trace deep-copies and extends) is dropped."""
+    _drop_provenance(reference.graph)
+    ep = torch.export.export(reference, tuple(example_inputs))
+    _drop_provenance(ep.graph)
+    decompose_in_place(ep, config.preserve_ops)
+    table = _default_decomposition_table()
+    for op in config.preserve_ops:
+        table.pop(op, None)
+    if not _decomposed_already(ep, table, config):
+        ep = ep.run_decompositions(table)
+    return ep
+
+
+def _drop_provenance(graph: torch.fx.Graph) -> None:
+    for node in graph.nodes:
+        node.meta.pop("from_node", None)
+
+
+def _decomposed_already(ep, table: dict, config: EdgeCompileConfig) -> bool:
+    """Every op of ``ep`` is one decomposing with ``table`` (``to_edge``'s) keeps as it is."""
+    keep = set(config.preserve_ops)
+    for node in ep.graph.nodes:
+        op = node.target
+        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or op in keep:
+            continue
+        if op in table or (op.namespace == "aten" and torch.Tag.core not in op.tags):
+            return False
+    return True

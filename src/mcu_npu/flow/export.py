@@ -1,0 +1,29 @@
+"""Export: the float model captured by ``torch.export`` as a plain ATen graph."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule
+
+from ..errors import UnsupportedModelError, stage
+
+EXPORT_HINT = ("make the model capturable by torch.export (no data-dependent control flow, "
+               "see torch.export's message), or report it")
+
+
+def export(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
+    """The compile's first stage: ``export_module``, its failures named as the stage's."""
+    with stage("exporting the model", EXPORT_HINT):
+        return export_module(model, example_inputs)
+
+
+def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
+    """torch.export a module into a plain ATen GraphModule, with export's message on failure."""
+    example_inputs = tuple(x.contiguous() if isinstance(x, torch.Tensor) else x
+                           for x in example_inputs)  # odd strides would read as channels-last
+    try:
+        ep = torch.export.export(model.eval(), example_inputs)
+    except Exception as exc:  # torch raises many types; the message is what matters
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnsupportedModelError(f"torch.export could not capture the model: {first}") from exc
+    return ep.module(check_guards=False)

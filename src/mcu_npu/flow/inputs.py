@@ -1,0 +1,110 @@
+"""Inputs: the arguments of ``compile`` checked, before anything is exported, and put in the
+form the stages take."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+from ..errors import ConfigError
+from ..npu import COMPILER_NAMES
+from ..partition.plan import PlanOptions
+from ..report import check_io
+from ..targets import Target, get_target
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """What the stages compile with: the target, the example inputs as a tuple of tensors,
+    the calibration samples (tuples matching them), the placement options (the operators
+    kept off the NPU, the NPU compiler), the program's I/O mode and the per-layer accuracy
+    samples (None: not measured)."""
+
+    target: Target
+    example_inputs: tuple
+    samples: list[tuple]
+    options: PlanOptions
+    io: str
+    accuracy_samples: list[tuple] | None
+
+
+def check_arguments(example_inputs, target, calibration, npu_compiler,
+                    operators_not_to_delegate, io, accuracy_samples,
+                    stacklevel: int = 2) -> Arguments:
+    """The arguments as the stages take them, ConfigError for any the flow cannot use.
+    Without calibration data the example inputs calibrate, with a warning that points where
+    ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
+    tgt = get_target(target)
+    check_io(io)
+    if npu_compiler not in COMPILER_NAMES:
+        raise ConfigError(f"unknown npu_compiler {npu_compiler!r}; choose one of: "
+                          f"{', '.join(COMPILER_NAMES)}")
+    example_inputs = as_inputs(example_inputs)
+    if calibration is None:
+        warnings.warn("no calibration data: calibrating on the example inputs alone, so "
+                      "quantization ranges will be narrow and results inaccurate; pass "
+                      "calibration samples", UserWarning, stacklevel=stacklevel + 1)
+        samples = [example_inputs]
+    else:
+        samples = check_calibration(calibration, example_inputs)
+    if accuracy_samples is not None:
+        accuracy_samples = check_calibration(accuracy_samples, example_inputs)
+    return Arguments(tgt, example_inputs, samples,
+                     PlanOptions(tuple(operators_not_to_delegate), npu_compiler), io,
+                     accuracy_samples)
+
+
+def as_inputs(x) -> tuple:
+    """Example inputs as a tuple of tensors."""
+    if isinstance(x, torch.Tensor):
+        return (x,)
+    if isinstance(x, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in x):
+        return tuple(x)
+    raise ConfigError("example inputs must be a tensor or a tuple of tensors")
+
+
+def check_calibration(samples, example_inputs: tuple) -> list[tuple]:
+    """Calibration samples as tuples matching the example inputs; ConfigError otherwise."""
+    checked = []
+    for i, sample in enumerate(samples):
+        sample = (sample,) if isinstance(sample, torch.Tensor) else tuple(sample)
+        if len(sample) != len(example_inputs):
+            raise ConfigError(f"calibration sample {i} has {len(sample)} arrays but the model "
+                              f"takes {len(example_inputs)} inputs")
+        for j, (s, e) in enumerate(zip(sample, example_inputs)):
+            s = _as_tensor(s, f"calibration sample {i}, input {j}")
+            if tuple(s.shape) != tuple(e.shape):
+                raise ConfigError(f"calibration sample {i}, input {j} has shape "
+                                  f"{tuple(s.shape)} but the model's example input has "
+                                  f"{tuple(e.shape)}")
+            if s.dtype != e.dtype:
+                raise ConfigError(f"calibration sample {i}, input {j} has dtype {s.dtype} but "
+                                  f"the model's example input has {e.dtype}")
+        checked.append(tuple(_as_tensor(s, f"calibration sample {i}") for s in sample))
+    if not checked:
+        raise ConfigError("calibration data is empty")
+    return checked
+
+
+def _as_tensor(value, what: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"{what} is not a tensor or an array: {type(value).__name__}") from exc
+
+
+def progress(samples: list, show: bool | None) -> Iterable[tuple]:
+    """``samples``, counted on stderr as they are used when ``show`` (None: when there are
+    16 or more and stderr is a terminal)."""
+    show = len(samples) >= 16 and sys.stderr.isatty() if show is None else show
+    for i, s in enumerate(samples, 1):
+        if show:
+            sys.stderr.write(f"\rcalibrating {i}/{len(samples)}")
+            sys.stderr.flush()
+        yield s
+    if show:
+        sys.stderr.write("\n")

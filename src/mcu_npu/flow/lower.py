@@ -1,0 +1,97 @@
+"""Lower: the NPU partitions of the plan delegated, and on a target with Cortex-M kernels the
+rest lowered to them. The NPU side never fails the compile: what the NPU compiler or the
+Cortex-M lowering fails on stays on the CPU, with the error as its reason."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+from ..backend.cortex_m import cortex_m_core, lower_to_cortex_m
+from ..backend.delegate import keep_interfaces_only, use_device_ids
+from ..errors import PartitionError, stage, stage_error
+from ..partition import NpuPartitioner
+from ..partition.plan import Plan, PlanOptions, plan_program
+from ..partition.support import Rejection, VerdictCategory
+from ..passes.edge import RefreshStrides
+from .place import exclude_hint
+
+DELEGATING = "delegating to the NPU"
+"""The stage that delegates (``errors.stage``)."""
+
+
+def cpu_hint(op: str) -> str:
+    """What to do when the Cortex-M lowering cannot take ``op``."""
+    op = op or "the op"
+    return (f"{op} stays on the CPU, and ExecuTorch's Cortex-M lowering cannot take it in this "
+            f"form: change how the model uses {op} (e.g. its input's rank or layout), or "
+            "report it")
+
+
+def plan_edge(edge, target, decided: Plan | PlanOptions) -> Plan:
+    """The plan of the Edge program about to be lowered: ``decided`` when it describes that
+    program, else the program planned now (with the placement the composed quantizer
+    stamped on it). Planned here, on the real weights, because ExecuTorch hands
+    partitioners a copy with fake ones."""
+    with stage(DELEGATING, exclude_hint):
+        program = edge.exported_program()
+        if isinstance(decided, Plan):
+            if decided.describes(program):
+                return decided
+            return replace(plan_program(program, target, decided.options),
+                           portable=decided.portable)
+        return plan_program(program, target, decided)
+
+
+def lower(edge, plan: Plan, target=None):
+    """(Edge program manager, the plan it was lowered with): the NPU partitions of ``plan``
+    (``plan_edge``) delegated and, on a target with a Cortex-M CPU, the rest on its int8
+    kernels.
+
+    The NPU side never fails the compile: a partition its NPU compiler fails on is planned
+    again with its nodes on the CPU, and where ExecuTorch's Cortex-M lowering fails the CPU
+    ops run as portable kernels; the report gives each such node the error as its reason."""
+    with stage(DELEGATING, exclude_hint):
+        for method in edge.methods:
+            RefreshStrides()(edge.exported_program(method))
+    while True:
+        with stage(DELEGATING, exclude_hint):
+            try:
+                delegated = edge.to_backend(NpuPartitioner(plan=plan))
+                break
+            except PartitionError as exc:
+                if not exc.nodes:
+                    raise
+                why = Rejection(f"the NPU compiler failed on its partition: {exc}",
+                                VerdictCategory.NPU_COMPILER)
+                rejected = {**plan.compiler_rejections, **{n: why for n in exc.nodes}}
+                plan = replace(plan_program(edge.exported_program(), plan.target,
+                                            plan.options, rejected=rejected),
+                               portable=plan.portable)
+    edge = delegated
+    with stage(DELEGATING, exclude_hint):
+        for method in edge.methods:
+            keep_interfaces_only(edge.exported_program(method))
+    core = cortex_m_core(target) if target is not None else None
+    if core is not None:
+        with stage("lowering to the Cortex-M kernels", cpu_hint):
+            before = copy.deepcopy(edge)
+            try:
+                edge = lower_to_cortex_m(edge, core)
+            except Exception as exc:  # noqa: BLE001  (ExecuTorch's passes raise any type)
+                why = stage_error("lowering to the Cortex-M kernels", exc)
+                edge, plan = before, _all_portable(plan, str(why).splitlines()[0])
+    with stage(DELEGATING):
+        for method in edge.methods:
+            use_device_ids(edge.exported_program(method))
+    return edge, plan
+
+
+def _all_portable(plan: Plan, why: str) -> Plan:
+    """``plan`` with every CPU node on portable kernels, for ``why``."""
+    portable = dict(plan.portable)
+    for n in plan.nodes:
+        if n.partition is None and n.ident is not None:
+            planned = portable.get(n.ident)
+            portable[n.ident] = f"{planned}; {why}" if planned else f"portable kernels: {why}"
+    return replace(plan, portable=portable)

@@ -1,0 +1,122 @@
+"""Measure: the serialized program run on the host against the float model and the quantized
+reference, for the report's accuracy and, given samples, its per-layer error."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.fx import GraphModule
+from torchao.quantization.pt2e.utils import _fuse_conv_bn_
+
+from ..device.program_io import dequantize_outputs, quantize_inputs
+from ..errors import ConfigError, stage
+from ..graph.ids import node_id
+from ..quantization.exact import run_exact
+from ..report import Report
+from ..report.layers import layer_rows
+from ..report.metrics import flat_outputs, sqnr_db
+from ..runtime import load_program
+from ..targets import get_target
+from .edge import to_edge_program
+from .export import export_module
+from .rewrite import for_annotation
+
+ACCURACY_SAMPLES = 8
+"""Calibration samples the report's SQNR is measured on, all outputs together: one small
+output makes an SQNR swing by several dB."""
+
+HostRun = Callable[[tuple], list]
+"""A sample of float model inputs -> the host-run program's outputs as float."""
+
+
+def measure(buffer: bytes, report: Report, float_model, reference: GraphModule,
+            samples: list[tuple], accuracy_samples: list[tuple] | None):
+    """The stage: ``buffer`` loaded for host execution, the report's accuracy measured on the
+    first ``ACCURACY_SAMPLES`` calibration samples and, given ``accuracy_samples``, its
+    per-layer error. Returns the loaded program."""
+    with stage("checking the program's accuracy on the host"):
+        program = load_program(buffer)
+        run = host_run(program.run, report.io)
+        report.accuracy = measure_accuracy(float_model, reference, run,
+                                           samples[:ACCURACY_SAMPLES])
+    if accuracy_samples is not None:
+        with stage("measuring the per-layer error"):
+            report.layers = layer_errors(report, reference, float_model, run, accuracy_samples)
+    return program
+
+
+def host_run(run: Callable[..., list], io: dict) -> HostRun:
+    """``run`` (a program's ``run``) taking and returning float: an int8-I/O program runs on
+    the samples quantized with its input parameters, its outputs dequantized with its output
+    parameters (``io``, the report's)."""
+    return lambda sample: dequantize_outputs(io, run(*quantize_inputs(io, sample)))
+
+
+def measure_accuracy(float_model, reference: GraphModule, run: HostRun, samples) -> dict:
+    """SQNR (dB) of the host-run ``.pte`` and of the quantized reference (evaluated exactly,
+    in float64, so the figure is the same on every host) against float, over every output of
+    every sample."""
+    refs, tests, floats = [], [], []
+    with torch.no_grad():
+        for s in samples:
+            floats += flat_outputs(float_model(*s))
+            refs += flat_outputs(run_exact(reference, *s))
+            tests += flat_outputs(run(s))
+    f = torch.cat(floats)
+    return {
+        "sqnr_db": round(sqnr_db(f, torch.cat(tests)), 2),
+        "reference_sqnr_db": round(sqnr_db(f, torch.cat(refs)), 2),
+    }
+
+
+def layer_errors(report: Report, reference: GraphModule | None, float_model, run: HostRun,
+                 samples) -> list[dict]:
+    """The per-layer error of the program ``report`` describes on ``samples`` (tuples of
+    float model inputs, or tensors of a one-input model): the float model as it was
+    quantized and the Edge names of the reference's nodes, handed with the host run to
+    ``report.layers.layer_rows``."""
+    if reference is None or float_model is None:
+        raise ConfigError("per-layer error needs the program as compiled in this process "
+                          "(its float model and quantized reference); a loaded .pte has "
+                          "neither: compile the model again")
+    samples = _sample_tuples(samples)
+    edge_ids = _edge_ids(report, reference, samples[0])
+    float_graph = _float_graph(float_model, get_target(report.target), samples[0])
+    return layer_rows(report.ops, reference, float_graph, edge_ids, run, samples)
+
+
+def _float_graph(float_model, target, sample: tuple) -> GraphModule:
+    """The float model as it was quantized: exported and rewritten by the target's ATen
+    passes (exact float rewrites), its nodes tagged with the ids the reference carries, and
+    batch norms folded into the convolutions before them as PT2E's prepare does, so a
+    convolution's value is the one its quantized counterpart computes."""
+    graph = for_annotation(export_module(float_model, sample), target)
+    _fuse_conv_bn_(graph)
+    return graph
+
+
+def _edge_ids(report: Report, reference: GraphModule, sample: tuple) -> dict[str, str]:
+    """Edge node name -> node id. The report names Edge nodes; the reference converts to
+    that Edge program again (the conversion is deterministic, names included)."""
+    ids = {o.node: o.ident for o in report.ops if getattr(o, "ident", None)}
+    if len(ids) == len(report.ops):
+        return ids
+    edge = to_edge_program(reference, sample)
+    for n in edge.exported_program().graph.nodes:
+        ident = node_id(n)
+        if n.op == "call_function" and ident is not None:
+            ids.setdefault(n.name, ident)
+    return ids
+
+
+def _sample_tuples(samples) -> list[tuple]:
+    if isinstance(samples, torch.Tensor):
+        samples = [samples]
+    out = []
+    for s in samples:
+        s = (s,) if isinstance(s, torch.Tensor) else tuple(s)
+        out.append(tuple(torch.as_tensor(x) for x in s))
+    if not out:
+        raise ConfigError("accuracy samples are empty: pass at least one model input")
+    return out

@@ -1,0 +1,120 @@
+"""Report: the compile report of the lowered program, from the plan it was lowered with (where
+each compute op runs and why) and the delegates' compiler output, with the program's I/O,
+the precision asked for and the latency estimate."""
+
+from __future__ import annotations
+
+import torch
+
+from ..backend.cortex_m import cortex_m_core, is_cortex_m
+from ..errors import stage
+from ..firmware.deployability import HOST_ONLY_COMPILER, edge_payloads, versions_record
+from ..graph.ids import node_id
+from ..partition.plan import Plan
+from ..quantization.precision import PrecisionChoice, PrecisionRequest
+from ..report import OpPlacement, PartitionInfo, Report
+from ..report.latency import estimate_latency
+
+ACTIVATION_UNIT_NOTE = (
+    "int16 sigmoid and tanh run on the Ethos-U's activation unit (Vela rescales their input "
+    "to Q3.12); the host runs LiteRT's int16 kernels (interpolated tables), which can differ "
+    "from it by a few 1/32768 steps")
+_ACTIVATION_UNIT_OPS = ("aten.sigmoid", "aten.tanh")
+
+
+def write_report(decided: Plan, edge, target, io_params: dict, precision: PrecisionRequest,
+                 choice: PrecisionChoice | None) -> Report:
+    """The stage: ``build_report``, with the program's int8 I/O parameters, the precision
+    asked for and what stayed int8, and the latency estimate on ``target``."""
+    with stage("writing the compile report"):
+        report = build_report(decided, edge)
+        report.io = io_params
+        if not precision.all_int8:
+            report.precision = {"request": precision.to_json(),
+                                "kept_int8": dict(choice.kept_int8) if choice else {}}
+            if target.npu.int16_sigmoid_tanh_q3_12 and any(
+                    o.precision == "int16" and o.op in _ACTIVATION_UNIT_OPS
+                    and o.kernel == "npu" for o in report.ops):
+                report.notes.append(ACTIVATION_UNIT_NOTE)
+        report.accuracy = {}
+        report.latency = estimate_latency(edge.exported_program(), target, report)
+    return report
+
+
+def build_report(plan: Plan, edge) -> Report:
+    """Placement of every compute op (``plan``, the plan ``edge`` was lowered with) and the
+    per-partition compiler output."""
+    infos = _delegate_infos(edge)
+    cpu_kernels = _cpu_kernels(edge) if cortex_m_core(plan.target) else {}
+    ops = []
+    for n in plan.nodes:
+        if n.partition is not None:
+            ops.append(OpPlacement(n.node, n.op, f"NPU partition {n.partition}", "npu", "",
+                                   n.macs, n.inputs, n.ident, _BITS.get(n.bits, "")))
+            continue
+        reason = n.verdict.reason or "its neighbours left no NPU partition worth making"
+        if n.ident in plan.portable:
+            reason = f"{reason}; {plan.portable[n.ident]}"
+        kernel = cpu_kernels.get(n.ident, "float")
+        ops.append(OpPlacement(n.node, n.op, _CPU_PLACES[kernel],
+                               "portable" if kernel in ("float", "int8") else "cortex-m",
+                               reason, n.macs, n.inputs, n.ident,
+                               "" if kernel == "float" else
+                               _BITS.get(8 if kernel == "cortex-m" else n.bits, "")))
+    parts = [
+        PartitionInfo(k, list(names), info.get("compiler", "?"), info.get("tflite_ops", []),
+                      info.get("stats", {}))
+        for k, (names, info) in enumerate(zip(plan.partitions, infos))
+    ]
+    compilers = sorted({p.compiler for p in parts}) or ["none"]
+    notes = [n for info in infos for n in info.get("notes", [])]
+    return Report(plan.target.name, "+".join(compilers), ops, parts, notes=notes,
+                  host_only=HOST_ONLY_COMPILER in compilers,
+                  versions=versions_record(plan.target, [c for c in compilers if c != "none"],
+                                           edge_payloads(edge)))
+
+
+_BITS = {8: "int8", 16: "int16"}
+
+_CPU_PLACES = {
+    "cortex-m": "Cortex-M int8 kernel",
+    "fused": "fused into a Cortex-M kernel",
+    "int8": "portable kernel (int8 data)",
+    "float": "portable float kernel",
+}
+
+
+def _cpu_kernels(edge) -> dict[str, str]:
+    """ATen node id -> how the CPU runs it after Cortex-M lowering: "cortex-m" when an op it
+    became is a Cortex-M kernel, "int8" / "float" when it is a portable kernel on int8 /
+    float data, and "fused" when nothing of it is left (an activation folded into the
+    kernel before it)."""
+    kernels: dict[str, str] = {}
+    for node in edge.exported_program().graph.nodes:
+        ident = node_id(node)
+        if ident is None or node.op != "call_function":
+            continue
+        if is_cortex_m(node):
+            kernels[ident] = "cortex-m"
+        elif kernels.get(ident) != "cortex-m":
+            val = node.meta.get("val")
+            int8 = isinstance(val, torch.Tensor) and val.dtype == torch.int8
+            kernels[ident] = "int8" if int8 and kernels.get(ident) != "float" else "float"
+    return _FusedDefault(kernels)
+
+
+class _FusedDefault(dict):
+    """Ids with no op left were absorbed by the Cortex-M kernel they followed."""
+
+    def get(self, key, default=None):
+        return super().get(key, "fused" if key is not None else default)
+
+
+def _delegate_infos(edge) -> list[dict]:
+    gm = edge.exported_program().graph_module
+    infos = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and "executorch_call_delegate" in str(node.target):
+            lowered = getattr(gm, node.args[0].target)
+            infos.append(lowered.meta.get("_delegate_info_meta", {}))
+    return infos
