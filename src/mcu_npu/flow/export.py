@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.fx import GraphModule
 
@@ -22,7 +24,13 @@ def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
     example_inputs = tuple(x.contiguous() if isinstance(x, torch.Tensor) else x
                            for x in example_inputs)  # odd strides would read as channels-last
     try:
-        ep = torch.export.export(model.eval(), example_inputs)
+        with warnings.catch_warnings():
+            # nn.RNN/GRU/LSTM re-list their own parameters in ``_flat_weights`` on every
+            # call; export reports that as an attribute assigned during export: nothing the
+            # user can or needs to change
+            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights",
+                                    category=UserWarning)
+            ep = torch.export.export(model.eval(), example_inputs)
     except Exception as exc:  # torch raises many types; the message is what matters
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedModelError(f"torch.export could not capture the model: {first}") from exc
