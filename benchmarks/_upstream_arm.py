@@ -147,8 +147,9 @@ def delegation(edge) -> dict:
 
 
 def compile_upstream(model: torch.nn.Module, example_inputs: tuple, calibration: list,
-                     target: str) -> dict:
-    """Run upstream's Ethos-U flow; the figures in the dict named like the project's."""
+                     target: str, keep_pte: bool = False) -> dict:
+    """Run upstream's Ethos-U flow; the figures in the dict named like the project's.
+    ``keep_pte``: the ``.pte`` bytes too, under "pte"."""
     from executorch.backends.arm import (EthosUCompileSpec, EthosUPartitioner,
                                          EthosUQuantizer, get_symmetric_quantization_config)
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
@@ -182,8 +183,11 @@ def compile_upstream(model: torch.nn.Module, example_inputs: tuple, calibration:
     parts = [perf_stats(c, clock) for c, _ in calls]
     for stats, size in zip(parts, info.pop("payload_bytes")):
         stats["npu_flash_bytes"] = size
-    return {"ok": True, **times, **info, "pte_bytes": len(pte), "partition_stats": parts,
-            "vela_flags": flags, "tosa_spec": str(spec.tosa_spec)}
+    out = {"ok": True, **times, **info, "pte_bytes": len(pte), "partition_stats": parts,
+           "vela_flags": flags, "tosa_spec": str(spec.tosa_spec)}
+    if keep_pte:
+        out["pte"] = pte
+    return out
 
 
 def _clock_hz(flags: list[str]) -> float | None:

@@ -11,8 +11,8 @@ normal samples, and prints from the compile report's ``memory`` (``mcu_npu.repor
 all in bytes:
 
 * pte: the program's size; npu: its NPU payloads (weights + command streams); w: of which
-  weights; consts: constant tensors the CPU kernels read; host: partition graphs kept for the
-  host emulator (the device never reads them);
+  weights; consts: constant tensors the CPU kernels read; tables: ExecuTorch's program
+  tables and the program record (the host-only data is in the companion file, not here);
 * planned: ExecuTorch's planned buffers; method: the method allocator's needs (an
   estimate); scratch: the largest NPU scratch of one delegate call ("~": estimated, the
   reference payload records none); ram: what the RAM region must hold;
@@ -56,7 +56,7 @@ def measure(name: str, target: str, samples: int, seed: int) -> dict:
     return {
         "model": name, "target": target, "pte": f["program"], "npu": f["npu_payloads"],
         "npu_weights": f["npu_weights"], "constants": f["constants"],
-        "host_graphs": f["host_graphs"], "planned": ram["planned_total"],
+        "tables": f["tables"] + f["named_data"], "planned": ram["planned_total"],
         "method": ram["method_allocator"], "scratch": ram["npu_scratch"],
         "scratch_estimated": ram["npu_scratch_estimated"], "ram": s["ram_bytes"],
         "region": tight.get("name"), "region_size": tight.get("size"),
@@ -65,10 +65,10 @@ def measure(name: str, target: str, samples: int, seed: int) -> dict:
 
 
 COLUMNS = [("model", 16), ("target", 12), ("pte", 9), ("npu", 9), ("npu_weights", 9),
-           ("constants", 9), ("host_graphs", 9), ("planned", 9), ("method", 7),
+           ("constants", 9), ("tables", 9), ("planned", 9), ("method", 7),
            ("scratch", 9), ("ram", 9), ("region", 6), ("region_size", 10), ("margin", 10),
            ("fits", 5)]
-HEADS = {"npu_weights": "w", "constants": "consts", "host_graphs": "host",
+HEADS = {"npu_weights": "w", "constants": "consts",
          "region_size": "size"}
 
 

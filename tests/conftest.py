@@ -20,6 +20,26 @@ torch.manual_seed(0)
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _every_program_is_lean():
+    """Every program a test compiles is checked to hold only what the board reads
+    (``helpers.assert_device_program_is_lean``): the compile returning it fails otherwise."""
+    from mcu_npu import api
+
+    from helpers import assert_device_program_is_lean
+
+    original = api._compile
+
+    def checked(*args, **kwargs):
+        prog = original(*args, **kwargs)
+        assert_device_program_is_lean(prog.buffer)
+        return prog
+
+    api._compile = checked
+    yield
+    api._compile = original
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -11,11 +11,12 @@ from mcu_npu.runtime.delegates import delegate_call_sites
 from mcu_npu.runtime.pte import load
 
 
-def delegate_io(buffer: bytes):
-    """Per delegate call: (processed bytes, inputs, outputs), each tensor as (sizes, dim order,
-    dtype code), read from the .pte as a device runtime would (inputs are the payload's
-    count of leading arguments)."""
-    program = load(buffer)
+def delegate_io(buffer: bytes, host_data: dict[str, bytes] | None = None):
+    """Per delegate call: (processed bytes, inputs, outputs, named data), each tensor as
+    (sizes, dim order, dtype code), read from the .pte as a device runtime would (inputs are
+    the payload's count of leading arguments); the named data with the companion's
+    ``host_data`` (the graphs behind vendor payloads)."""
+    program = load(buffer, host_data)
     pte = program._pte.program
     plan = pte.execution_plan[0]
     calls = []
@@ -72,9 +73,10 @@ def neutron_host_graph(processed: bytes, named_data):
         fields.output_map
 
 
-def assert_neutron_io_matches(buffer: bytes) -> None:
-    """What the Neutron runtime hands the NPU under each flag is the partition graph's layout."""
-    calls = delegate_io(buffer)
+def assert_neutron_io_matches(buffer: bytes, host_data: dict[str, bytes] | None = None) -> None:
+    """What the Neutron runtime hands the NPU under each flag is the partition graph's layout
+    (``host_data``: the companion's graphs, for vendor payloads)."""
+    calls = delegate_io(buffer, host_data)
     assert calls, "the program has no Neutron delegate"
     for processed, inputs, outputs, named in calls:
         model, in_fmt, out_fmt, in_map, out_map = neutron_host_graph(processed, named)

@@ -134,6 +134,45 @@ def assert_loads_in_executorch(buffer: bytes, inputs, outputs, method: str = "fo
                 f"{where} holds {got.nbytes()} bytes, expected {want.numel() * want.element_size()}"
 
 
+DEVICE_OVERHEAD_LIMIT = 4096
+"""Bytes a device ``.pte`` may hold beyond its NPU payloads and constants: ExecuTorch's
+program tables (docs/companion.md)."""
+TABLE_BYTES_PER_VALUE = 96
+"""What ExecuTorch's program tables take per value of a method, at most (measured: 55 to 71
+bytes per value in the test programs with many CPU kernels): a program whose CPU part
+alone needs more values than 4 KiB holds gets this much per value, and no more."""
+
+
+def device_split(buffer: bytes) -> dict:
+    """A ``.pte`` read with ExecuTorch's own deserializer: its bytes, NPU payload bytes,
+    constant bytes, named data by key, values over all methods, and the rest
+    (``overhead``)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    pte = deserialize_pte_binary(bytes(buffer))
+    payloads = sum(len(bytes(d.data)) for d in pte.program.backend_delegate_data)
+    constants = sum(len(bytes(b.storage)) for b in pte.program.constant_buffer)
+    named = {} if pte.named_data is None else {
+        key: len(bytes(pte.named_data.buffers[e.buffer_index]))
+        for key, e in pte.named_data.pte_data.items()}
+    return {"bytes": len(buffer), "payloads": payloads, "constants": constants,
+            "named_data": named, "overhead": len(buffer) - payloads - constants,
+            "values": sum(len(plan.values) for plan in pte.program.execution_plan)}
+
+
+def assert_device_program_is_lean(buffer: bytes) -> None:
+    """The device ``.pte`` holds what a board reads: the NPU payloads, the constants and the
+    program tables, nothing kept for the host. The tables take at most 4 KiB, or
+    ``TABLE_BYTES_PER_VALUE`` per value where the program's CPU kernels need more values."""
+    split = device_split(buffer)
+    assert not split["named_data"], \
+        f"the device .pte holds named data no device runtime reads: {sorted(split['named_data'])}"
+    limit = max(DEVICE_OVERHEAD_LIMIT, TABLE_BYTES_PER_VALUE * split["values"])
+    assert split["overhead"] <= limit, \
+        f"{split['overhead']:,} bytes of the .pte are neither NPU payloads nor constants " \
+        f"(at most {limit:,}): {split}"
+
+
 class MixedNpuCpu(torch.nn.Module):
     """Convs the NPU takes around a gelu it does not (so it runs on the CPU), then a linear:
     a model whose placement splits between the NPU and the Cortex-M."""

@@ -92,10 +92,10 @@ def test_kws_chosen_layers_run_int16(kws):
 @pytest.mark.slow
 def test_kws_record_survives_load_and_runs_the_same(kws):
     prog, cal = kws
-    loaded = mcu_npu.load(prog.buffer)
+    loaded = mcu_npu.load(prog.buffer, companion=prog.companion)
     assert loaded.report.precision == prog.report.precision
     assert [o.precision for o in loaded.report.ops] == [o.precision for o in prog.report.ops]
-    fresh = mcu_npu.load(bytes(prog.buffer))
+    fresh = mcu_npu.load(bytes(prog.buffer), companion=prog.companion)
     for (x,) in cal[:2]:
         for a, b in zip(prog.run(x), fresh.run(x)):
             assert torch.equal(a, b)
@@ -117,7 +117,7 @@ def test_unreachable_target_returns_the_best_within_budget():
     assert prog.report.accuracy["sqnr_db"] == best
     assert all(s["sqnr_db"] <= best for s in auto["steps"] if not s["kept"]
                and s["cycles"] <= auto["budget"]["cycles"])
-    assert mcu_npu.load(prog.buffer).report.precision["auto"] == auto
+    assert mcu_npu.load(prog.buffer, companion=prog.companion).report.precision["auto"] == auto
 
 
 def test_over_budget_layers_are_dropped():

@@ -78,7 +78,7 @@ def test_host_only_compile_warns_and_the_report_says_so(host_only):
     host = [w for w in caught if "runs on the host only" in w]
     assert len(host) == 1 and "eIQ Neutron SDK" in host[0] and "npu_compiler=\"auto\"" in host[0]
     assert str(prog.report).splitlines()[0] == HOST_ONLY_LINE
-    stored = mcu_npu.load(prog.buffer).report  # the flag travels inside the .pte
+    stored = mcu_npu.load(prog.buffer).report  # the flag travels in the .pte's own record
     assert stored.host_only and str(stored).splitlines()[0] == HOST_ONLY_LINE
     # the host still runs it, as before
     assert prog.report.accuracy["sqnr_db"] > 30
@@ -122,7 +122,7 @@ def test_cli_warns_and_require_deployable_fails_with_one_line(tmp_path, capsys):
     assert code == 2 and len(lines) == 1 and "Traceback" not in got.err, got.err
     assert lines[0].startswith("mcu-npu: error: target imxrt700:") and "eIQ Neutron SDK" in lines[0]
     assert not refused.exists() and sorted(p.name for p in tmp_path.iterdir()) == \
-        ["models.py", "o.pte"]
+        ["models.py", "o.ptd", "o.pte"]
 
 
 # --- the device's own checks refuse the reference payload --------------------------------

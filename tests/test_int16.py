@@ -142,7 +142,7 @@ def test_gru_kws_with_int16_recurrent_state_gains_6_db():
     gain = sqnr_db(floats, torch.cat([state16.run(x)[0].flatten() for x in tests])) - \
         sqnr_db(floats, torch.cat([int8.run(x)[0].flatten() for x in tests]))
     assert gain >= 6.0, gain
-    loaded = mcu_npu.load(state16.buffer)
+    loaded = mcu_npu.load(state16.buffer, companion=state16.companion)
     assert torch.equal(loaded.run(tests[0])[0], state16.run(tests[0])[0])
 
 

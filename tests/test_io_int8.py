@@ -123,8 +123,8 @@ def test_report_gives_the_qparams(small_programs):
     text = str(int8_prog.report)
     assert "program I/O int8" in text and "zero_point" in text
     assert f"{scale:.9g}" in text and f"{io['outputs'][0]['scale']:.9g}" in text
-    # stored in the .pte: `mcu-npu report` and a loaded program see the same
-    loaded = mcu_npu.load(int8_prog.buffer)
+    # saved with the program: `mcu-npu report` and a loaded program see the same
+    loaded = mcu_npu.load(int8_prog.buffer, companion=int8_prog.companion)
     assert loaded.report.summary["io"] == io
     assert torch.equal(loaded.dequantize_outputs(loaded.run(*loaded.quantize_inputs(x)))[0],
                        float_prog.run(x)[0])
@@ -229,7 +229,7 @@ def test_input_read_by_several_quantizes_with_the_same_params():
     # the int64 argmax output stays as it is, recorded without qparams
     assert [(r.dtype, r.scale) for r in outputs.outputs] == [(torch.int8, 0.1),
                                                             (torch.int64, None)]
-    prog = load_program(to_executorch(edge))
+    prog = load_program(*to_executorch(edge))
     assert [s.dtype for s in prog.input_specs] == [torch.int8]
     xq = torch.ops.quantized_decomposed.quantize_per_tensor(x, 0.05, 3, -128, 127, torch.int8)
     y, idx = prog.run(xq)
@@ -300,6 +300,9 @@ def test_cli_compile_io_int8_on_digits(tmp_path):
             "--io", "int8", "-o", out)
     assert r.returncode == 0, r.stderr
     assert "program I/O int8" in r.stdout and "zero_point" in r.stdout
+    ptd = tmp_path / "digits.ptd"  # both files, with their sizes
+    assert f"wrote {out} ({out.stat().st_size:,} bytes: the device program" in r.stdout
+    assert f"wrote {ptd} ({ptd.stat().st_size:,} bytes: host only" in r.stdout
     loaded = mcu_npu.load(out)
     io = loaded.report.summary["io"]
     assert f"{io['inputs'][0]['scale']:.9g}" in r.stdout

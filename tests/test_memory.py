@@ -133,7 +133,7 @@ def test_check_fit_strict_and_warning_carry_the_same_message(big):
     with pytest.warns(UserWarning) as warned:
         check_fit(report, strict=False)
     assert str(raised.value) == str(warned[0].message)
-    with pytest.warns(UserWarning, match="does not fit"):  # the report stored in the .pte
+    with pytest.warns(UserWarning, match="does not fit"):  # read from the .pte alone
         check_fit(mcu_npu.load(big[U55][0].buffer).report, strict=False)
 
 
@@ -155,7 +155,7 @@ def test_figures_match_the_program(small, target):
     assert memory["ram"]["inputs"] == 3 * 8 * 8 * 4 and memory["ram"]["outputs"] == 10 * 4
     payloads = _delegate_payloads(prog.buffer)
     assert memory["flash"]["npu_payloads"] == sum(map(len, payloads))
-    assert memory == mcu_npu.load(prog.buffer).report.memory  # stored in the .pte
+    assert memory == mcu_npu.load(prog.buffer).report.memory  # read from the .pte alone
 
 
 def test_vela_scratch_is_the_payloads(small):

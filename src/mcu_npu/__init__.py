@@ -26,7 +26,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'mcu_npu' has no attribute {name!r}")
 
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402,F401
 
 __all__ = [
     "compile", "load", "CompiledProgram", "Report", "AutoPrecision", "targets", "get_target",

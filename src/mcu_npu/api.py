@@ -11,16 +11,21 @@ from typing import Callable, Iterable
 import torch
 
 from .device.program_io import dequantize_outputs, quantize_inputs
-from .errors import ConfigError, InvalidProgramError, stage
+from .errors import ConfigError, HostDataMissingError, InvalidProgramError, stage
 from .firmware.files import write_atomic
 from .flow.run import compile_program
 from .quantization.precision import AutoPrecision, parse_precision
-from .report import REPORT_KEY, Report, restore_report
+from .report import Report
+from .runtime import load_program
 
 
 @dataclass
 class CompiledProgram:
-    """A compiled ``.pte`` with its report; ``run`` executes the serialized bytes on the host."""
+    """A compiled program: ``buffer`` is the device ``.pte`` (what the board reads, nothing
+    else), ``report`` its compile report and ``host_data`` what only the host reads of it
+    (the graphs behind vendor NPU payloads); ``save`` writes the ``.pte`` and, beside it, the
+    companion file holding the report and the host data (``firmware.companion``). ``run``
+    executes the serialized program on the host."""
 
     buffer: bytes
     report: Report
@@ -28,19 +33,15 @@ class CompiledProgram:
     _program: object = field(default=None, repr=False)
     float_model: torch.nn.Module | None = field(default=None, repr=False)
     """The model as given (float), for per-layer error against it."""
-    _report_span: tuple[int, int] | None = field(default=None, repr=False)
-    """(offset, length) of the report stored in ``buffer`` (``rewrite_report``)."""
+    host_data: dict[str, bytes] = field(default_factory=dict, repr=False)
 
-    def rewrite_report(self) -> None:
-        """Store ``report`` again in the ``.pte``, in place and at the same length (what the
-        search of ``precision="auto"`` learns once the program exists); nothing the device
-        runtime reads moves."""
-        if self._report_span is None:
-            raise ConfigError("this program keeps no place for its report")
-        at, length = self._report_span
-        stored = self.buffer[at:at + length]
-        self.buffer = restore_report(self.buffer, stored, self.report)
-        self._program = None
+    @property
+    def companion(self) -> bytes:
+        """The companion file's bytes (``.ptd``): the program's digest, the report as it is
+        now, the host data."""
+        from .firmware.companion import pack
+
+        return pack(self.buffer, self.report, self.host_data)
 
     def accuracy(self, samples) -> list[dict]:
         """Per-layer error on ``samples`` (tuples of model inputs, or tensors of a
@@ -61,13 +62,20 @@ class CompiledProgram:
         return write_c_header(path, self.buffer, self.report, name=name, section=section)
 
     def save(self, path: str | os.PathLike) -> Path:
-        return write_atomic(path, self.buffer)
+        """Write the device program to ``path`` and its companion beside it
+        (``model.pte`` -> ``model.ptd``, see ``companion_path``); returns ``path``."""
+        from .firmware.companion import companion_path
+
+        companion = self.companion
+        written = write_atomic(path, self.buffer)
+        write_atomic(companion_path(path), companion)
+        return written
 
     def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         """Execute the ``.pte``; with ``io="int8"`` it takes and returns int8 tensors (see
         ``quantize_inputs`` / ``dequantize_outputs``)."""
         if self._program is None:
-            self._program = load(self.buffer)
+            self._program = LoadedProgram(load_program(self.buffer, self.host_data))
         return self._program.run(*inputs)
 
     def save_selected_ops(self, path: str | os.PathLike,
@@ -150,29 +158,48 @@ def _compile(*args, **kwargs) -> CompiledProgram:
     ``CompiledProgram``; warnings point at the call of ``compile``."""
     c = compile_program(*args, **kwargs, stacklevel=3)
     return CompiledProgram(c.buffer, c.report, c.reference, _program=LoadedProgram(c.program),
-                           float_model=c.float_model, _report_span=c.report_span)
+                           float_model=c.float_model, host_data=c.host_data)
 
 
 class LoadedProgram:
-    """A ``.pte`` read back for host execution, with its compile report when it has one."""
+    """A ``.pte`` read back for host execution, with its companion when it has one: the
+    compile report and the graphs the host runs vendor NPU payloads with."""
 
-    def __init__(self, program):
+    def __init__(self, program, companion=None, companion_name: str | None = None):
         self._program = program
+        self._companion = companion
+        self._companion_name = companion_name
+
+    @property
+    def companion(self):
+        """The companion read with the program (``firmware.companion.Companion``), or None."""
+        return self._companion
 
     def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        return self._program.run(*inputs)
+        try:
+            return self._program.run(*inputs)
+        except HostDataMissingError:
+            if self._companion_name is None:
+                raise
+            raise HostDataMissingError(
+                f"running this program on the host needs its companion file "
+                f"{self._companion_name} (written beside the .pte by compile or save), not "
+                f"found; the .pte alone runs only on the board") from None
 
     @property
     def report(self) -> Report | None:
-        raw = self._program.named_data.get(REPORT_KEY)
-        if raw is None:
+        """The compile report: the companion's, or (without one) what the device program
+        itself holds (``Report.device_only``); None for a ``.pte`` mcu-npu did not write."""
+        report = self._companion.report if self._companion is not None else None
+        if report is None:
+            report = _report_in_program(self._program)
+        if report is None:
             return None
-        report = Report.from_json(raw)
-        if not report.kernels:  # read from the serialized program, not stored in it
+        if not report.kernels:  # read from the serialized program, not stored with it
             from .firmware.kernels_list import fill_report
 
             fill_report(report, self._program)
-        if not report.memory:  # stored unless it did not fit beside the accuracy
+        if not report.memory:
             from .report.memory import memory_report
 
             report.memory = memory_report(self._program, None, report)
@@ -183,20 +210,47 @@ class LoadedProgram:
         return self._program.input_specs
 
     def quantize_inputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """See ``CompiledProgram.quantize_inputs`` (uses the report stored in the file)."""
+        """See ``CompiledProgram.quantize_inputs`` (uses the report read with the program)."""
         report = self.report
         return quantize_inputs(report.io if report else {}, inputs)
 
     def dequantize_outputs(self, outputs) -> list[torch.Tensor]:
-        """See ``CompiledProgram.dequantize_outputs`` (uses the report stored in the file)."""
+        """See ``CompiledProgram.dequantize_outputs`` (uses the report read with the program)."""
         report = self.report
         return dequantize_outputs(report.io if report else {}, outputs)
 
 
-def load(path_or_bytes) -> LoadedProgram:
-    """Read a ``.pte`` (path or bytes) for execution on the host."""
-    from .runtime import load_program
+def _report_in_program(program) -> Report | None:
+    """The report a ``.pte`` gives by itself: the whole report in a program written before
+    the companion file existed, else the device-only report (``firmware.device_only``)."""
+    from .firmware.companion import REPORT_KEY
+    from .firmware.device_only import device_report
 
-    if isinstance(path_or_bytes, (str, os.PathLike)) and not Path(path_or_bytes).is_file():
-        raise InvalidProgramError(f"program file {str(path_or_bytes)!r} not found")
-    return LoadedProgram(load_program(path_or_bytes))
+    raw = program.device_named_data.get(REPORT_KEY)
+    if raw is not None:
+        return Report.from_json(raw)
+    return device_report(program)
+
+
+def load(path_or_bytes, companion=None) -> LoadedProgram:
+    """Read a ``.pte`` (path or bytes) for execution on the host, with its companion file:
+    ``companion`` (a path, or the file's bytes) or, for a path, the ``.ptd`` beside it when
+    there is one. A companion written for another program is refused."""
+    from .firmware import companion as pair
+
+    if isinstance(path_or_bytes, (str, os.PathLike)):
+        if not Path(path_or_bytes).is_file():
+            raise InvalidProgramError(f"program file {str(path_or_bytes)!r} not found")
+        data = Path(path_or_bytes).read_bytes()
+        default = pair.companion_path(path_or_bytes)
+    else:
+        data, default = bytes(path_or_bytes), None
+    if companion is None:
+        found = pair.find(path_or_bytes, data) if default is not None else None
+        name = f"'{default}'" if default is not None else None
+    elif isinstance(companion, (str, os.PathLike)):
+        found, name = pair.read(companion, data), f"'{os.fspath(companion)}'"
+    else:
+        found, name = pair.unpack(bytes(companion), data), "(given as bytes)"
+    program = load_program(data, found.host_data if found is not None else None)
+    return LoadedProgram(program, found, name)

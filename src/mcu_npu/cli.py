@@ -148,9 +148,15 @@ def cmd_compile(args) -> int:
     for w in caught:
         if issubclass(w.category, UserWarning) and "mcu_npu" in (w.filename or ""):
             print(f"mcu-npu: warning: {w.message}", file=sys.stderr)
+    from .firmware.companion import companion_path
+
     prog.save(args.output)
     print(prog.report)
-    print(f"\nwrote {args.output} ({len(prog.buffer):,} bytes)")
+    companion = companion_path(args.output)
+    print(f"\nwrote {args.output} ({len(prog.buffer):,} bytes: the device program, what the "
+          f"board flashes)")
+    print(f"wrote {companion} ({companion.stat().st_size:,} bytes: host only, the report and "
+          f"what the host runs the NPU partitions with; keep it beside the .pte)")
     if args.ops_yaml:
         prog.save_selected_ops(args.ops_yaml, pte_path=args.output)
         print(f"wrote {args.ops_yaml} (ExecuTorch selected operators)")
@@ -167,7 +173,7 @@ def cmd_run(args) -> int:
     from . import api
     from .errors import ConfigError
 
-    prog = api.load(args.program)
+    prog = api.load(args.program, companion=args.companion)
     inputs = []
     for path in args.input:
         if not Path(path).is_file():
@@ -211,9 +217,13 @@ def cmd_report(args) -> int:
     from . import api
     from .errors import InvalidProgramError
 
-    report = api.load(args.program).report
+    report = api.load(args.program, companion=args.companion).report
     if report is None:
-        raise InvalidProgramError(f"{args.program!r} carries no mcu-npu report")
+        from .firmware.companion import companion_path
+
+        raise InvalidProgramError(
+            f"{args.program!r} has no mcu-npu NPU delegate to report on and no companion file "
+            f"('{args.companion or companion_path(args.program)}') with its report")
     if args.html:
         from .firmware.files import write_atomic
 
@@ -227,7 +237,7 @@ def cmd_report(args) -> int:
 def cmd_check(args) -> int:
     from .firmware.check import check_program
 
-    problems = check_program(args.program, args.target)
+    problems = check_program(args.program, args.target, args.companion)
     for p in problems:
         print(f"{args.program}: {p}")
     return 1 if problems else 0
@@ -290,13 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="linker section of the C header's array ('' for none; default "
                         "%(default)s)")
     c.set_defaults(func=cmd_compile)
+    companion_help = ("the program's companion file (default: the .ptd beside the .pte, "
+                      "used when present)")
     r = sub.add_parser("run", help="run a .pte on the host")
     r.add_argument("program")
+    r.add_argument("--companion", metavar="PTD", help=companion_help)
     r.add_argument("--input", action="append", required=True, help=".npy per input, in order")
     r.add_argument("--output", help=".npy (one output) or .npz to save the outputs to")
     r.set_defaults(func=cmd_run)
-    rp = sub.add_parser("report", help="print the compile report stored in a .pte")
+    rp = sub.add_parser("report", help="print a program's compile report (from its companion "
+                        "file; without one, what the .pte itself holds)")
     rp.add_argument("program")
+    rp.add_argument("--companion", metavar="PTD", help=companion_help)
     rp.add_argument("--json", action="store_true", help="JSON instead of a table")
     rp.add_argument("--html", metavar="FILE",
                     help="also write the report as one self-contained HTML page")
@@ -304,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck = sub.add_parser("check", help="check, without running it, that a .pte can run on a "
                         "target's board; one line per problem, exit 1 when any")
     ck.add_argument("program")
+    ck.add_argument("--companion", metavar="PTD", help=companion_help)
     ck.add_argument("--target", required=True, help="target preset (see `mcu-npu targets`)")
     ck.set_defaults(func=cmd_check)
     t = sub.add_parser("targets", help="list the target presets")

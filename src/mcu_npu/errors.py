@@ -49,6 +49,11 @@ class InvalidProgramError(McuNpuError):
     """A .pte file or payload is missing, corrupt, or cannot run on the host."""
 
 
+class HostDataMissingError(InvalidProgramError):
+    """Running a program on the host needs what only its companion file holds (the graphs
+    behind vendor NPU payloads), and the companion was not given."""
+
+
 class MemoryFitError(McuNpuError):
     """The program does not fit the target's memory (``compile(..., strict=True)``)."""
 

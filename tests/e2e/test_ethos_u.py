@@ -48,11 +48,12 @@ def test_mlperf_tiny_on_ethos_u(name, target):
     assert_ethos_u_io_matches(prog.buffer)
 
 
-def test_vela_payload_is_the_device_layout_and_host_graph_sits_beside_it(tmp_path):
+def test_vela_payload_is_the_device_layout_and_host_graph_sits_in_the_companion(tmp_path):
     _, prog, tests = _compile("fc_autoencoder", "ethos-u55-128")
     loaded = mcu_npu.load(prog.save(tmp_path / "ae.pte"))
-    keys = [k for k in loaded._program.named_data if k.startswith("mcu_npu.host_graph.")]
+    keys = [k for k in loaded.companion.host_data if k.startswith("mcu_npu.host_graph.")]
     assert len(keys) == 1
+    assert not any(k.startswith("mcu_npu.host_graph.") for k in loaded._program.device_named_data)
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     pte = deserialize_pte_binary(prog.buffer)

@@ -38,7 +38,7 @@ def test_mlperf_tiny_model_on_imxrt700(name, tmp_path):
     runs = [prog.run(*t)[0] for t in tests]
     assert sqnr_db(floats, torch.cat([r.flatten() for r in runs])) >= sqnr_db(floats, refs) - 1
     assert_loads_in_executorch(prog.buffer, tests[0], prog.run(*tests[0]))
-    assert_neutron_io_matches(prog.buffer)
+    assert_neutron_io_matches(prog.buffer, prog.host_data)
     loaded = mcu_npu.load(prog.save(tmp_path / f"{name}.pte"))
     for t, r in zip(tests[:3], runs):
         assert torch.equal(loaded.run(*t)[0], r)

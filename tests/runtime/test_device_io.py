@@ -108,7 +108,7 @@ def test_ethos_u_delegate_io_is_the_device_layout(case, target):
 
 def test_channels_last_input_needs_no_transpose_anywhere():
     prog = _compile("channels_last", "ethos-u55-128")
-    (processed, inputs, outputs, named), = delegate_io(prog.buffer)
+    (processed, inputs, outputs, named), = delegate_io(prog.buffer, prog.host_data)
     assert inputs[0][1] == (0, 2, 3, 1) and outputs[0][1] == (0, 2, 3, 1)
     model, _ = unpack_reference(find_host_graph(named, processed))
     assert "TRANSPOSE" not in prog.report.partitions[0].tflite_ops
@@ -123,7 +123,7 @@ def test_neutron_flags_are_what_the_runtime_reads(case, compiler, monkeypatch):
     if compiler == "neutron":
         install(monkeypatch, Behaviour())
     prog = _compile(case, "imxrt700", npu_compiler=compiler)
-    assert_neutron_io_matches(prog.buffer)
+    assert_neutron_io_matches(prog.buffer, prog.host_data)
     assert_holds_the_numerics_contract(prog, case)
 
 
@@ -164,7 +164,7 @@ def test_ethos_u_emulator_refuses_what_the_runtime_refuses():
     from mcu_npu.runtime.npu_emulator import run_ethos_u
 
     prog = _compile("conv", "ethos-u55-128")
-    (processed, inputs, outputs, named), = delegate_io(prog.buffer)
+    (processed, inputs, outputs, named), = delegate_io(prog.buffer, prog.host_data)
     out = DeviceTensor(torch.zeros(outputs[0][0], dtype=torch.int8), (0, 1, 2, 3))
     as_float = DeviceTensor(torch.zeros(inputs[0][0]), (0, 1, 2, 3))
     with pytest.raises(InvalidProgramError, match="runtime copies only int32"):
@@ -234,8 +234,6 @@ def test_partitions_with_one_payload_keep_their_host_graphs():
     with two contents), and the program runs both."""
     import torch.nn.functional as F
 
-    from mcu_npu.runtime import load_program
-
     class Twice(torch.nn.Module):
         def forward(self, x):
             y = torch.clamp(F.max_pool2d(x, 3, 1, 1), -10.0, 10.0)  # the clamp keeps the scale
@@ -244,7 +242,7 @@ def test_partitions_with_one_payload_keep_their_host_graphs():
     x = torch.randn(1, 4, 6, 6, generator=torch.Generator().manual_seed(0))
     prog = mcu_npu.compile(Twice(), (x,), "corstone-300", calibration=[(x,)],
                            operators_not_to_delegate=["aten.clamp"])
-    keys = [k for k in load_program(prog.buffer).named_data if k.startswith("mcu_npu.host_graph.")]
+    keys = [k for k in prog.host_data if k.startswith("mcu_npu.host_graph.")]
     assert len(keys) == 2 and keys[0].split(".")[2] == keys[1].split(".")[2]  # one payload
     want = prog.reference(x)
     assert torch.equal(prog.run(x)[0], want)  # max pooling is exact in int8

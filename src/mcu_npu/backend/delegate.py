@@ -5,9 +5,9 @@ named like the device runtimes' ids, so these classes carry names of their own a
 ``DeviceBackendIds`` writes the device id (``NeutronBackend``, ``EthosUBackend``) into the
 lowered modules afterwards; a vendor payload then runs on the device runtime unchanged, and
 importing an upstream backend in the same process cannot take over this project's
-partitions. A vendor payload's TFLite graph is kept as named data beside it, under a key
-derived from the payload (``device.payload.host_graph_key``), for the host emulator; device
-runtimes never look it up.
+partitions. A vendor payload's TFLite graph is kept for the host emulator as external named
+data, under a key derived from the payload (``device.payload.host_graph_key``): it goes to
+the companion file, not into the device program.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .compile_spec import NpuCompileSpec
 from ..errors import (ConfigError, ConversionError, McuNpuError, NpuCompilerError,
                      PartitionError, first_line)
 from ..npu.compilers import get_compiler
-from ..device.payload import host_graph_key
+from ..device.payload import HOST_DATA_TAG, host_graph_key
 from ..targets import NpuKind, get_target
 from ..tflite import convert
 from ..tflite.describe import op_names
@@ -55,7 +55,7 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
     if artifact.host_graph is not None:
         named = NamedDataStore()
         named.add_named_data(host_graph_key(artifact.payload, artifact.host_graph),
-                             artifact.host_graph)
+                             artifact.host_graph, external_tag=HOST_DATA_TAG)
         store = named.get_named_data_store_output()
     return PreprocessResult(processed_bytes=artifact.payload, data_store_output=store,
                             _delegate_info_meta=info)

@@ -17,8 +17,9 @@ layout and quantization, compiler statistics) and ``tflite`` (the partition's in
 graph). docs/payload.md documents this and the vendor layouts.
 
 A vendor payload (Vela's command stream, Neutron microcode) is no container: its partition's
-graph, in a container, is kept as named data beside it under ``host_graph_key(payload)``
-for the host emulator; device runtimes never look it up.
+graph, in a container, is kept for the host emulator as named data under
+``host_graph_key(payload)`` with the external tag ``HOST_DATA_TAG``, so serialization puts
+it in the program's companion file (``firmware.companion``), never in the device ``.pte``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ _HEADER = struct.Struct("<4s4sHH20x")  # guard, magic, version, count; byte 16..
 _HEADER_V1 = struct.Struct("<4sHH")
 _ENTRY = struct.Struct("<16sII")
 HOST_GRAPH_PREFIX = "mcu_npu.host_graph."
+HOST_DATA_TAG = "mcu_npu_host"
+"""The external-data tag of the host graphs: ExecuTorch serializes them apart from the .pte."""
 
 
 def host_graph_key(payload: bytes, host_graph: bytes | None = None) -> str:

@@ -164,17 +164,27 @@ def layout_problems(program) -> list[str]:
     return found
 
 
-def check_program(source, target_name: str) -> list[str]:
+def check_program(source, target_name: str, companion_file=None) -> list[str]:
     """One line per reason the ``.pte`` at ``source`` (path or bytes) would not run on
-    ``target_name``'s board; empty when none is found."""
+    ``target_name``'s board; empty when none is found. Its companion (``companion_file``, or
+    the one beside a path when there is one) adds the partitions' graphs (layouts) and the
+    report's placements."""
+    import os
+
     from ..backend.delegate import backend_for
     from .kernels_list import kernel_list, problems as kernel_problems
-    from ..report import REPORT_KEY, Report
-    from ..runtime.pte import load
+    from ..report import Report
+    from ..runtime.pte import Program, read_bytes
     from ..targets import get_target
+    from . import companion
 
     target = get_target(target_name)
-    program = load(source)
+    data = read_bytes(source)
+    if companion_file is not None:
+        pair = companion.read(companion_file, data)
+    else:
+        pair = companion.find(source, data) if isinstance(source, (str, os.PathLike)) else None
+    program = Program(data, pair.host_data if pair is not None else None)
     device_id = backend_for(target.npu.kind).device_id
     found = []
     for index, backend, data, inputs, outputs in delegate_calls(program):
@@ -185,8 +195,11 @@ def check_program(source, target_name: str) -> list[str]:
             continue
         found += [f"{where}: {p}" for p in payload_problems(target, data, inputs, outputs)]
     found += layout_problems(program)
-    raw = program.named_data.get(REPORT_KEY)
-    placements = Report.from_json(raw).ops if raw is not None else ()
+    report = pair.report if pair is not None else None
+    raw = program.named_data.get(companion.REPORT_KEY)  # a program of an earlier mcu-npu
+    if report is None and raw is not None:
+        report = Report.from_json(raw)
+    placements = report.ops if report is not None else ()
     uses = [u for u in kernel_list(program, target) if u.library != "delegate"]
     found += kernel_problems(uses, target, placements)
     return found

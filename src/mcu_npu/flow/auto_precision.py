@@ -22,8 +22,8 @@ most accuracy per cycle to int16 activations until an accuracy target is met wit
    The search stops when the target is met, the candidates run out or after
    ``MAX_TRIALS`` compiles.
 
-The program returned carries the search in ``report.precision["auto"]`` (stored in the
-``.pte``); its ops' ``precision`` fields show which ran int16.
+The program returned carries the search in ``report.precision["auto"]`` (saved in its
+companion file); its ops' ``precision`` fields show which ran int16.
 """
 
 from __future__ import annotations
@@ -43,14 +43,11 @@ from ..targets import get_target
 
 MAX_TRIALS = 8
 """Compiles the search makes beyond the int8 baseline."""
-RECORD_SLACK = 4096
-"""Bytes reserved in every trial's stored report for the search record."""
 MIN_GAIN_DB = 0.1
 """SQNR a layer must add to be kept: less is within what a few samples measure by chance,
 and not worth the cycles."""
 LAYER_SAMPLES = 4
 """Calibration samples the per-layer error is measured on when no samples are given."""
-
 
 @dataclass
 class Layer:
@@ -143,7 +140,7 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
 
 def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
     """(request, per-layer samples) -> ``compile_fn``'s program for ``model`` with the
-    compile arguments ``args`` (target to strict) and room for the search record; the
+    compile arguments ``args`` (target to strict); the
     calibration progress shows on the first compile only."""
     (target, calibration, npu_compiler, operators_not_to_delegate, progress, train_fn, io,
      deployable, strict) = args
@@ -155,8 +152,7 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
         with stage("compiling the model"):
             return compile_fn(model, inputs, target, calibration, npu_compiler,
                               operators_not_to_delegate, progress if compiled == 1 else False,
-                              train_fn, io, deployable, strict, layer_samples, request,
-                              report_slack=RECORD_SLACK)
+                              train_fn, io, deployable, strict, layer_samples, request)
 
     return compile_one
 
@@ -414,28 +410,10 @@ def _finish(s: _Search, base: _Point, best: _Point, goal: dict, budget: dict,
     report = prog.report
     kept = dict(report.precision.get("kept_int8", {})) if report.precision else {}
     report.precision = {"request": "auto", "kept_int8": kept, "auto": record}
-    prog.rewrite_report()
-    if not _stored_has_record(prog):
-        warnings.warn("precision='auto': the search record did not fit the room kept for the "
-                      "report in the .pte; prog.report has it, the file does not",
-                      UserWarning, stacklevel=3)
     _say(s, record["outcome"])
     if not met:
         warnings.warn(f"precision='auto': {why}", UserWarning, stacklevel=3)
     return prog
-
-
-def _stored_has_record(prog) -> bool:
-    from ..report import Report
-
-    if prog._report_span is None:
-        return False
-    at, length = prog._report_span
-    try:
-        stored = Report.from_json(prog.buffer[at:at + length])
-    except (ValueError, KeyError, TypeError):
-        return False
-    return bool(stored.precision.get("auto"))
 
 
 def _target_text(goal: dict) -> str:

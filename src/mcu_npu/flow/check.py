@@ -16,13 +16,15 @@ from ..report.memory import check_fit, memory_report
 from ..runtime.pte import Program
 
 
-def check_program(buffer: bytes, report: Report, target, decided: Plan, edge,
-                  deployable: bool, strict: bool, stacklevel: int = 2) -> None:
-    """The three checks of ``buffer`` (lowered from ``edge`` with the plan ``decided``),
+def check_program(buffer: bytes, host_data: dict[str, bytes], report: Report, target,
+                  decided: Plan, edge, deployable: bool, strict: bool,
+                  stacklevel: int = 2) -> None:
+    """The three checks of ``buffer`` (lowered from ``edge`` with the plan ``decided``; its
+    companion's ``host_data`` give the partitions' graphs),
     filling the report's kernels and memory; warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
     with stage("checking the program's delegate tensors"):
-        program = Program(buffer)  # read once, by the three checks below
+        program = Program(buffer, host_data)  # read once, by the three checks below
         check_layouts(program)
     with stage("checking the program against the target's kernels"):
         fill_report(report, program, target, edge, {n.ident: n.node for n in decided.nodes})

@@ -30,13 +30,13 @@ HostRun = Callable[[tuple], list]
 """A sample of float model inputs -> the host-run program's outputs as float."""
 
 
-def measure(buffer: bytes, report: Report, float_model, reference: GraphModule,
-            samples: list[tuple], accuracy_samples: list[tuple] | None):
-    """The stage: ``buffer`` loaded for host execution, the report's accuracy measured on the
-    first ``ACCURACY_SAMPLES`` calibration samples and, given ``accuracy_samples``, its
-    per-layer error. Returns the loaded program."""
+def measure(buffer: bytes, host_data: dict[str, bytes], report: Report, float_model,
+            reference: GraphModule, samples: list[tuple], accuracy_samples: list[tuple] | None):
+    """The stage: ``buffer`` loaded for host execution with its companion's ``host_data``,
+    the report's accuracy measured on the first ``ACCURACY_SAMPLES`` calibration samples
+    and, given ``accuracy_samples``, its per-layer error. Returns the loaded program."""
     with stage("checking the program's accuracy on the host"):
-        program = load_program(buffer)
+        program = load_program(buffer, host_data)
         run = host_run(program.run, report.io)
         report.accuracy = measure_accuracy(float_model, reference, run,
                                            samples[:ACCURACY_SAMPLES])

@@ -1,29 +1,28 @@
-"""Serialize: the report stored in the Edge program as named data, with room for what is
-measured once the program exists, and the program serialized to ``.pte`` bytes."""
+"""Serialize: the Edge program to the device ``.pte`` bytes and, apart from them, the host
+graphs its companion file carries."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
+from ..device.payload import HOST_DATA_TAG
 from ..errors import stage
-from ..report import REPORT_KEY, REPORT_SLACK, Report, stored_report
-from ..report.layers import stored_size
+from ..firmware.companion import read_named_data
 
 
-def store_report(edge, report: Report, report_slack: int = 0, layers: bool = False) -> bytes:
-    """The report as stored in ``edge`` (``report.stored``): ``REPORT_SLACK`` plus
-    ``report_slack`` bytes of room, and room for the per-layer rows when ``layers``."""
-    with stage("writing the compile report"):
-        slack = REPORT_SLACK + report_slack
-        if layers:
-            slack += stored_size(report.ops)
-        stored = stored_report(report, slack)
-        edge._named_data_store.add_named_data(REPORT_KEY, stored)
-    return stored
-
-
-def to_executorch(edge) -> bytes:
-    """Serialize an Edge program; CPU-side quantize/dequantize need the quantized kernels'
-    out variants registered first."""
+def to_executorch(edge) -> tuple[bytes, dict[str, bytes]]:
+    """Serialize an Edge program: (the device ``.pte``, the host graphs by named-data key).
+    The host graphs are external data (``device.payload.HOST_DATA_TAG``), which ExecuTorch
+    writes as a ``.ptd`` beside the program; they are read back from it. CPU-side
+    quantize/dequantize need the quantized kernels' out variants registered first."""
     with stage("serializing the ExecuTorch program"):
         import executorch.kernels.quantized  # noqa: F401  (registers quantized_decomposed.*.out)
 
-        return bytes(edge.to_executorch().buffer)
+        program = edge.to_executorch()
+        pte = bytes(program.buffer)
+        with tempfile.TemporaryDirectory(prefix="mcu_npu_") as tmp:
+            program.write_tensor_data_to_file(tmp)
+            ptd = Path(tmp, HOST_DATA_TAG + ".ptd")
+            host = read_named_data(ptd.read_bytes(), "the host graphs") if ptd.is_file() else {}
+    return pte, host

@@ -1,8 +1,9 @@
 """The compile report: where every compute op runs and why, the partitions, what the NPU
 compiler says about them, and how accurate the result is.
 
-It travels inside the ``.pte`` (named data ``mcu_npu.report``) so ``mcu-npu report`` can print
-it from the file alone.
+It travels in the program's companion file (``firmware.companion``), beside the device
+``.pte``; from the ``.pte`` alone, ``mcu-npu report`` prints the device-only report
+(``device_only``): target, partitions, kernels, memory and versions, read from the program.
 
 A program compiled with ``io="int8"`` takes and returns int8 tensors; ``io`` then lists each
 program input and output (name, shape, dtype, scale, zero point, quant_min, quant_max) so the
@@ -17,7 +18,7 @@ identifier, the NPU compilers' versions, the device runtime's payload format); `
 lists every operator and delegate the program calls with the library providing it
 (``mcu_npu.firmware.kernels_list``), and ``kernel_problems`` each one the target does not provide.
 ``kernels`` and ``kernel_problems`` are read from the serialized program, so the copy stored
-in the ``.pte`` lacks them and ``load()`` fills them in from the file.
+in the companion lacks them and ``load()`` fills them in from the program.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from enum import Enum
 
 from ..errors import ConfigError
 from ..graph.macs import node_macs  # noqa: F401  (re-exported: its home is mcu_npu.graph.macs)
-from .stored import REPORT_KEY, REPORT_SLACK, restore_report, stored_report  # noqa: F401
 
 STAT_KEYS = ("npu_cycles", "npu_total_cycles", "npu_sram_bytes", "npu_flash_bytes", "macs")
 # summary key -> the partition stat it sums, where the two differ: Vela's total cycles
@@ -122,6 +122,9 @@ class Report:
     latency: dict = field(default_factory=dict)
     """Whole-model latency estimate (``report.latency.estimate_latency``): ``latency_us``, ``npu_us``,
     ``cpu_us`` and one row per executed step."""
+    device_only: bool = False
+    """Read from the device program alone (its companion file absent): no per-op placement,
+    accuracy, latency or per-layer error, only what the program holds."""
 
     @property
     def summary(self) -> dict:
@@ -166,6 +169,7 @@ class Report:
             "kernel_problems": self.kernel_problems,
             "memory": self.memory, "latency": self.latency, "layers": self.layers,
             "precision": self.precision, "summary": self.summary,
+            **({"device_only": True} if self.device_only else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -183,6 +187,7 @@ class Report:
             kernels=d.get("kernels") or [], kernel_problems=d.get("kernel_problems") or [],
             memory=d.get("memory") or {}, latency=d.get("latency") or {},
             layers=d.get("layers") or [], precision=d.get("precision") or {},
+            device_only=bool(d.get("device_only", False)),
         )
 
     def to_html(self) -> str:
@@ -195,6 +200,8 @@ class Report:
     def __str__(self) -> str:
         s = self.summary
         lines = self.host_only_lines()
+        if self.device_only:
+            return "\n".join(line.rstrip() for line in lines + self._device_only_lines())
         lines += [
             f"target {s['target']}   NPU compiler {s['npu_compiler']}",
             f"{s['ops_on_npu']}/{s['ops_total']} compute ops on the NPU "
@@ -232,6 +239,18 @@ class Report:
         lines += self._kernel_lines()
         lines += self.version_lines()
         return "\n".join(line.rstrip() for line in lines)
+
+    def _device_only_lines(self) -> list[str]:
+        """The text of a report read from the device program alone."""
+        from .memory import memory_lines
+
+        lines = [f"target {self.target}   NPU compiler {self.npu_compiler}",
+                 f"{len(self.partitions)} NPU partition(s); read from the device program "
+                 f"alone: placement, accuracy, latency and per-layer error are in its "
+                 f"companion file (.ptd)"]
+        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"warning: {p}" for p in self.kernel_problems]
+        return lines + memory_lines(self.memory) + self._kernel_lines() + self.version_lines()
 
     def host_only_lines(self) -> list[str]:
         """The line a report starts with when its NPU payloads run on the host only."""

@@ -138,8 +138,8 @@ def _figure(key, value) -> str:
 
 
 _BYTE_KEYS = {"program", "constants", "npu_payloads", "npu_weights", "npu_commands",
-              "host_graphs", "report", "inputs", "outputs", "npu_scratch", "method_allocator",
-              "peak", "fast_scratch", "planned"}
+              "tables", "named_data", "inputs", "outputs", "npu_scratch",
+              "method_allocator", "peak", "fast_scratch", "planned"}
 """Keys of ``memory["flash"]`` and ``memory["ram"]`` that are byte counts."""
 
 
@@ -330,7 +330,7 @@ def _first(d: dict, keys):
 
 
 _ROLE_PARTS = {
-    "program": ("flash", ("constants", "npu_payloads", "host_graphs", "report")),
+    "program": ("flash", ("constants", "npu_payloads", "tables", "named_data")),
     "ram": ("ram", ("planned_total", "method_allocator", "npu_scratch")),
     "fast_scratch": ("ram", ("fast_scratch",)),
 }

@@ -290,9 +290,6 @@ def program_figures(program, size: int | None = None) -> dict:
     as one method is loaded and run at a time), and ``npu_reads_program``: an NPU payload
     reads its weights where the program lies. ``size``: the program's bytes, for a Program
     that does not record them."""
-    from ..device.payload import HOST_GRAPH_PREFIX
-    from .stored import REPORT_KEY
-
     prog, size = _program(program, size)
     pte = prog._pte
     inline = pte.program.backend_delegate_data
@@ -308,16 +305,17 @@ def program_figures(program, size: int | None = None) -> dict:
     largest = max(methods, key=lambda m: sum(m["planned"]) + m["method_allocator"]
                   + m["npu_scratch"] + m["unplanned_io"])
     payloads = {k: p for m in methods for k, p in m["payloads"].items()}
-    named = prog.named_data
+    named = prog.device_named_data
     flash = {
         "program": size,
         "constants": sum(len(_storage(b)) for b in pte.program.constant_buffer),
         "npu_payloads": sum(p["bytes"] for p in payloads.values()),
         "npu_weights": sum(p["weights"] for p in payloads.values()),
         "npu_commands": sum(p["commands"] for p in payloads.values()),
-        "host_graphs": sum(len(v) for k, v in named.items() if k.startswith(HOST_GRAPH_PREFIX)),
-        "report": len(named.get(REPORT_KEY, b"")),
+        "named_data": sum(len(v) for v in named.values()),
     }
+    flash["tables"] = (size - flash["constants"] - flash["npu_payloads"] - flash["named_data"]
+                       if size is not None else None)
     planned = largest["planned"]
     ram = {
         "planned": planned,
@@ -454,14 +452,10 @@ def memory_lines(memory: dict) -> list[str]:
     if not memory:
         return []
     f, ram = memory["flash"], memory["ram"]
-    structure = None
-    if f.get("program") is not None:
-        structure = f["program"] - f["constants"] - f["npu_payloads"] - f["host_graphs"] \
-            - f["report"]
     flash = (f"  flash: program {_b(f['program'])} = constants {_b(f['constants'])} + NPU "
              f"payloads {_b(f['npu_payloads'])} (weights {_b(f['npu_weights'])}, commands "
-             f"{_b(f['npu_commands'])}) + host graphs {_b(f['host_graphs'])} + report "
-             f"{_b(f['report'])} + program tables {_b(structure)}")
+             f"{_b(f['npu_commands'])}) + program tables {_b(f.get('tables'))} + named data "
+             f"{_b(f.get('named_data'))}")
     pools = ", ".join(f"pool {i}: {n:,}" for i, n in enumerate(ram["planned"]) if i)
     scratch = " (estimate)" if ram.get("npu_scratch_estimated") else ""
     lines = ["", "memory (bytes)", flash,

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..device.delegate_io import neutron_layout, to_npu
-from ..errors import InvalidProgramError
+from ..errors import HostDataMissingError, InvalidProgramError
 from ..npu import ethosu_payload as bin_stream
 from ..npu import neutron_payload as nxp
 from ..device.payload import find_host_graph, is_container, unpack_reference
@@ -86,9 +86,10 @@ def _graph(processed: bytes, named_data: dict[str, bytes]):
     if not is_container(payload):
         kept = find_host_graph(named_data, payload)
         if kept is None:
-            raise InvalidProgramError(
+            raise HostDataMissingError(
                 "this program's NPU partitions hold vendor microcode that only the NPU itself "
-                "can run; compile with npu_compiler='reference' to check it on the host")
+                "runs; the host runs the graphs its companion file (.ptd) keeps, which was "
+                "not given")
         payload = bytes(kept)
     prepare = _prepared_keeping_tensors if _RECORDINGS else _prepared
     return prepare(hashlib.sha256(payload).digest(), payload)
@@ -249,5 +250,7 @@ def neutron_input_count(processed: bytes, named_data) -> int:
     through ``inputMap`` and outputs at ``args[numInputArgs + outputMap[i]]``, the count
     from the payload's header."""
     processed = bytes(processed)
+    if not is_container(processed):
+        return nxp.parse(processed).num_input_args
     model, meta, _ = _graph(processed, named_data)
     return _neutron_io(processed, model, meta).num_input_args

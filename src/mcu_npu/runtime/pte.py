@@ -44,12 +44,15 @@ def _corrupt_as(what: str):
         raise InvalidProgramError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-def load(source) -> "Program":
-    """Read a .pte program from bytes or a file path."""
-    return Program(_read(source))
+def load(source, host_data: dict[str, bytes] | None = None) -> "Program":
+    """Read a .pte program from bytes or a file path; ``host_data``: its companion's named
+    data (the graphs behind vendor NPU payloads), see ``Program``."""
+    return Program(read_bytes(source), host_data)
 
 
-def _read(source) -> bytes:
+def read_bytes(source) -> bytes:
+    """The bytes of a program given as bytes or as a file path (InvalidProgramError when
+    the file cannot be read)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         return bytes(source)
     if isinstance(source, (str, os.PathLike)):
@@ -113,14 +116,21 @@ def _as_bytes(buffer) -> bytes:
 
 
 class Program:
-    """A deserialized .pte program; `run` executes one of its methods on the host."""
+    """A deserialized .pte program; `run` executes one of its methods on the host.
 
-    def __init__(self, data: bytes):
+    ``named_data`` is the program's own named data and, after it, ``host_data``: what its
+    companion file holds for the host (``firmware.companion``), which the delegate emulators
+    look up like named data; the device runtime has only the former."""
+
+    def __init__(self, data: bytes, host_data: dict[str, bytes] | None = None):
         self._pte = _deserialize(data)
         self.size = len(data)
+        self.identifier = bytes(data[4:8]).decode("ascii", "replace")
+        """The schema's file identifier the program carries (``ET12``)."""
         with _corrupt_as("the program is corrupt"):
             self._plans = {plan.name: plan for plan in self._pte.program.execution_plan}
-            self.named_data: dict[str, bytes] = _named_data(self._pte)
+            self.device_named_data: dict[str, bytes] = _named_data(self._pte)
+            self.named_data: dict[str, bytes] = {**self.device_named_data, **(host_data or {})}
             self.backend_ids: list[str] = list(dict.fromkeys(
                 d.id for plan in self._plans.values() for d in plan.delegates))
         self._methods: dict[str, Method] = {}
