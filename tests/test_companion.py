@@ -29,14 +29,6 @@ def vela_prog():
                            calibration=cal), cal
 
 
-@pytest.fixture(scope="module")
-def other_prog():
-    cal = _samples(seed=1)
-    torch.manual_seed(1)
-    return mcu_npu.compile(MixedNpuCpu().eval(), cal[0], target="corstone-300",
-                           calibration=cal)
-
-
 def test_the_pte_holds_no_host_data_and_the_companion_holds_it(vela_prog, tmp_path):
     prog, _ = vela_prog
     path = prog.save(tmp_path / "m.pte")
@@ -79,16 +71,24 @@ def test_a_pair_copied_elsewhere_loads_and_runs_the_same(vela_prog, tmp_path):
     assert loaded.report.to_dict() == prog.report.to_dict()
 
 
-def test_another_programs_companion_is_refused(vela_prog, other_prog, tmp_path):
-    prog, _ = vela_prog
-    assert prog.buffer != other_prog.buffer
+def test_another_programs_companion_is_refused(vela_prog, tmp_path):
+    prog, cal = vela_prog
+    other = mcu_npu.compile(torch.nn.Conv2d(3, 4, 1).eval(), cal[0], target="imxrt700",
+                            calibration=cal[:2])
+    assert prog.buffer != other.buffer
     prog.save(tmp_path / "m.pte")
-    other_prog.save(tmp_path / "other.pte")
+    other.save(tmp_path / "other.pte")
     shutil.copy(tmp_path / "other.ptd", tmp_path / "m.ptd")
     with pytest.raises(InvalidProgramError, match=r"m\.ptd' belongs to another program"):
         mcu_npu.load(tmp_path / "m.pte")
     with pytest.raises(InvalidProgramError, match="belongs to another program"):
-        mcu_npu.load(prog.buffer, companion=other_prog.companion)
+        mcu_npu.load(prog.buffer, companion=other.companion)
+    # the same report and graphs, written for a .pte one byte away: refused all the same
+    tampered = bytearray(prog.buffer)
+    tampered[-1] ^= 1
+    with pytest.raises(InvalidProgramError, match="belongs to another program"):
+        mcu_npu.load(prog.buffer, companion=companion.pack(bytes(tampered), prog.report,
+                                                           prog.host_data))
     result = run_cli("report", str(tmp_path / "m.pte"))
     assert result.returncode == EXIT_ERROR
     assert "belongs to another program" in result.stderr and "Traceback" not in result.stderr

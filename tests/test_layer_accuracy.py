@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import mcu_npu
-from mcu_npu.flow import run as api
+from mcu_npu.flow import memory as api
 from mcu_npu.models.mlperf_tiny import mobilenet_v1_025
 from mcu_npu.report.layers import SOURCE_NPU, SOURCE_OUTPUT, SOURCE_REFERENCE, \
     layer_lines

@@ -192,5 +192,5 @@ def test_unknown_target_gives_nothing(small):
 
 def test_text_shows_regions_and_misfit(big):
     text = "\n".join(memory_lines(big[RT700][0].report.memory))
-    assert "xspi0-flash" in text and "NO" in text and "(estimate)" in text
+    assert "program+ram" in text and "NO" in text and "(estimate)" in text
     assert memory_lines({}) == []

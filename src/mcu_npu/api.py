@@ -53,10 +53,12 @@ class CompiledProgram:
                             host_run(self.run, self.report.io), samples)
 
     def save_c_header(self, path: str | os.PathLike, *, name: str = "model_pte",
-                      section: str | None = ".rodata.model_pte") -> Path:
+                      section: str | None = "auto") -> Path:
         """Write the ``.pte`` as a C header for firmware (``mcu_npu.firmware.c_header``): a 16-byte
-        aligned ``const uint8_t name[]`` in linker section ``section`` (None: no section
-        attribute), with ``#define``s for the memory pools and the program's I/O."""
+        aligned ``const uint8_t name[]`` in linker section ``section`` ("auto": the one of
+        the memory region the program is placed in, ``.<region>.<name>``; None: no section
+        attribute), with ``#define``s for the memory pools, the regions each must live in
+        and the program's I/O."""
         from .firmware.c_header import write_c_header
 
         return write_c_header(path, self.buffer, self.report, name=name, section=section)
@@ -112,6 +114,7 @@ def compile(
     strict: bool = False,
     accuracy_samples=None,
     precision=None,
+    memory: str = "auto",
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -137,7 +140,13 @@ def compile(
     {name: "int16"}}`` for the modules (``"gru"``) or nodes named, or ``"auto"`` /
     ``AutoPrecision(...)`` to raise the layers that buy the most accuracy per cycle until
     a target SQNR is met within a cycle budget. The report says which ops run int16 and
-    why any asked for stays int8 (``report.precision``)."""
+    why any asked for stays int8 (``report.precision``).
+
+    ``memory`` says where the program lives: ``"flash"`` (the NPU reads its weights in
+    place from flash or off-chip memory), ``"sram"`` (the whole program in SRAM),
+    ``"dedicated-sram"`` (Ethos-U65/U85: program and arena off-chip, the NPU's SRAM their
+    cache), or ``"auto"`` (the default): the fastest of these whose program fits the
+    target's memory map (``flow.memory``; ``report.placement`` says why)."""
     request = parse_precision(precision)
     if isinstance(request, AutoPrecision):
         from .flow.auto_precision import search
@@ -146,11 +155,12 @@ def compile(
                       npu_compiler=npu_compiler,
                       operators_not_to_delegate=operators_not_to_delegate,
                       progress=progress, train_fn=train_fn, io=io, deployable=deployable,
-                      strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile)
+                      strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile,
+                      memory=memory)
     with stage("compiling the model"):  # any failure the stages below do not name
         return _compile(model, example_inputs, target, calibration, npu_compiler,
                         operators_not_to_delegate, progress, train_fn, io, deployable, strict,
-                        accuracy_samples, request)
+                        accuracy_samples, request, memory=memory)
 
 
 def _compile(*args, **kwargs) -> CompiledProgram:

@@ -129,6 +129,10 @@ def cmd_compile(args) -> int:
     from .report import check_io
 
     check_io(args.io)  # before the compiler and the model load (a factory may train)
+    from .flow.inputs import check_memory
+    from .targets import get_target
+
+    check_memory(args.memory, get_target(args.target))
     precision = precision_arg(args)
     from . import api
 
@@ -144,7 +148,7 @@ def cmd_compile(args) -> int:
                            operators_not_to_delegate=args.exclude or (), progress=None,
                            io=args.io, deployable=args.require_deployable,
                            strict=args.strict, accuracy_samples=accuracy,
-                           precision=precision)
+                           precision=precision, memory=args.memory)
     for w in caught:
         if issubclass(w.category, UserWarning) and "mcu_npu" in (w.filename or ""):
             print(f"mcu-npu: warning: {w.message}", file=sys.stderr)
@@ -266,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="program inputs/outputs: float (default; quantized on the CPU) or int8 "
                         "(the NPU's tensors as they are; the report gives their scale and "
                         "zero point)")
+    c.add_argument("--memory", default="auto", metavar="{auto,flash,sram,dedicated-sram}",
+                   help="where the program lives: auto (default: the fastest placement that "
+                        "fits the target's memory map), flash (weights read in place), sram, "
+                        "or dedicated-sram (Ethos-U65/U85)")
     c.add_argument("-o", "--output", required=True, help="the .pte to write")
     c.add_argument("--require-deployable", action="store_true",
                    help="fail (no output) unless the program can run on the board: no "
@@ -296,9 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-cycles-ratio", type=float, default=1.5, metavar="R",
                    help="--precision auto: NPU cycle budget as a multiple of int8's "
                         "(default %(default)s)")
-    c.add_argument("--c-section", default=".rodata.model_pte", metavar="NAME",
-                   help="linker section of the C header's array ('' for none; default "
-                        "%(default)s)")
+    c.add_argument("--c-section", default="auto", metavar="NAME",
+                   help="linker section of the C header's array (default auto: "
+                        "'.<region>.<array name>' of the memory region the program is placed "
+                        "in; '' for none)")
     c.set_defaults(func=cmd_compile)
     companion_help = ("the program's companion file (default: the .ptd beside the .pte, "
                       "used when present)")

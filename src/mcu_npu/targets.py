@@ -164,10 +164,97 @@ class Target:
     cpu: CpuSpec | None = None
     memory: tuple[MemoryRegion, ...] = ()
     """The memory map the memory report checks the program against (empty: not checked)."""
+    placement: str = ""
+    """Where the program lives (one of ``PLACEMENTS``; "" for the preset's default,
+    ``default_placement``): ``placed`` sets it, with the NPU compiler's memory settings and
+    the map's roles to match."""
 
     def region_for(self, role: str) -> MemoryRegion | None:
         """The region that holds ``role`` (a name from ``MEMORY_ROLES``), None if none does."""
         return next((r for r in self.memory if role in r.holds), None)
+
+    @property
+    def default_placement(self) -> str:
+        """The placement the preset's NPU settings describe: its Vela memory mode's (upstream
+        ExecuTorch's default for the family); the program in SRAM for a Neutron NPU, which
+        reads no flash."""
+        if self.npu.vela is None:
+            return "sram"
+        mode = self.npu.vela.memory_mode
+        return "dedicated-sram" if mode.startswith("Dedicated_Sram") else \
+            _PLACEMENT_OF_MODE.get(mode, "flash")
+
+    @property
+    def placements(self) -> tuple[str, ...]:
+        """The placements this target can be compiled for: for an Ethos-U, Vela's memory
+        modes (Dedicated_Sram only where the NPU has the AXI ports for it, not the U55); for
+        a Neutron NPU, the program in SRAM (keeping its weights in flash needs NXP's
+        converter's ``fetch_constants_to_sram``, which the reference compiler does not
+        model)."""
+        if self.npu.vela is None:
+            return ("sram",)
+        dedicated = not self.npu.vela.accelerator.startswith("ethos-u55")
+        return ("flash", "sram") + (("dedicated-sram",) if dedicated else ())
+
+    @property
+    def memory_placement(self) -> str:
+        """The placement in force: ``placement`` or, when unset, the default."""
+        return self.placement or self.default_placement
+
+    def placed(self, placement: str) -> "Target":
+        """This target with the program placed as ``placement`` ("": this target as it is):
+        the Vela memory mode that tells the NPU compiler where its weights and arena live,
+        and the memory map's roles moved to the regions that hold them then."""
+        from dataclasses import replace
+
+        if not placement or placement == self.placement:
+            return self
+        if placement not in self.placements:
+            raise ConfigError(f"target {self.name} cannot place the program in "
+                              f"{placement!r}; it can: {', '.join(self.placements)}")
+        npu = self.npu
+        if npu.vela is not None and placement != self.default_placement:
+            npu = replace(npu, vela=replace(
+                npu.vela, memory_mode=_MODE_OF_PLACEMENT[placement],
+                arena_cache_size=npu.sram_bytes if placement == "dedicated-sram" else None))
+        return replace(self, npu=npu, memory=_moved_roles(self.memory, placement),
+                       placement=placement)
+
+
+PLACEMENTS = ("flash", "sram", "dedicated-sram")
+"""Where a program can live: ``flash`` (the NPU reads its weights in place, from flash or
+off-chip memory), ``sram`` (the whole program in SRAM), ``dedicated-sram`` (program and
+arena off-chip, the NPU's SRAM a cache of the arena: Vela's Dedicated_Sram)."""
+MEMORY_CHOICES = ("auto", *PLACEMENTS)
+_MODE_OF_PLACEMENT = {"flash": "Shared_Sram", "sram": "Sram_Only",
+                      "dedicated-sram": "Dedicated_Sram"}
+_PLACEMENT_OF_MODE = {"Shared_Sram": "flash", "Sram_Only": "sram",
+                      "Dedicated_Sram": "dedicated-sram"}
+
+
+def _moved_roles(memory: tuple[MemoryRegion, ...], placement: str) -> tuple[MemoryRegion, ...]:
+    """``memory`` with its roles where ``placement`` puts them: ``sram`` the program beside
+    the RAM in the NPU's SRAM; ``flash`` the program in the off-chip memory the NPU reads
+    (the one holding it already, else flash before external); ``dedicated-sram`` program
+    and RAM off-chip, Vela's fast scratch in SRAM."""
+    from dataclasses import replace
+
+    sram = next((r for r in memory if r.kind == "sram" and r.npu_access), None)
+    outside = [r for r in memory if r.kind in ("flash", "external") and r.npu_access]
+    home = next((r for r in outside if "program" in r.holds), None) or next(
+        (r for r in sorted(outside, key=lambda r: r.kind != "flash")), None)
+    if sram is None:
+        return memory
+    if placement == "sram":
+        want = {sram.name: ("program", "ram")}
+    elif placement == "flash" and home is not None:
+        want = {sram.name: ("ram",), home.name: ("program",)}
+    elif placement == "dedicated-sram" and home is not None:
+        dram = next((r for r in outside if r.kind == "external"), home)
+        want = {sram.name: ("fast_scratch",), dram.name: ("program", "ram")}
+    else:
+        return memory
+    return tuple(replace(r, holds=want.get(r.name, ())) for r in memory)
 
 
 NEUTRON_N3_64 = NpuSpec(

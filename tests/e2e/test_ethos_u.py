@@ -15,7 +15,7 @@ from mcu_npu.npu import ethosu_payload
 from mcu_npu.report.metrics import sqnr_db
 
 from device_checks import assert_ethos_u_io_matches
-from helpers import assert_loads_in_executorch, sqnr_holds
+from helpers import DEVICE_OVERHEAD_LIMIT, assert_loads_in_executorch, device_split, sqnr_holds
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +46,9 @@ def test_mlperf_tiny_on_ethos_u(name, target):
     assert sqnr_holds(sqnr_db(floats, runs), sqnr_db(floats, refs))
     assert_loads_in_executorch(prog.buffer, tests[0], prog.run(*tests[0]))
     assert_ethos_u_io_matches(prog.buffer)
+    split = device_split(prog.buffer)  # the device .pte: payload and program tables only
+    assert split["named_data"] == {} and split["constants"] == 0
+    assert split["overhead"] <= DEVICE_OVERHEAD_LIMIT, split
 
 
 def test_vela_payload_is_the_device_layout_and_host_graph_sits_in_the_companion(tmp_path):

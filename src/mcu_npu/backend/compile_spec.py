@@ -14,13 +14,17 @@ KEY = "mcu_npu"
 
 @dataclass(frozen=True, kw_only=True)
 class NpuCompileSpec:
-    """What a delegate's preprocess needs: the target preset and the NPU compiler to use."""
+    """What a delegate's preprocess needs: the target preset, the NPU compiler to use and
+    where the program lives (``targets.PLACEMENTS``; "" for the preset's settings, and then
+    left out of the bytes)."""
 
     target: str = "imxrt700"
     npu_compiler: str = "auto"
+    memory: str = ""
 
     def to_compile_specs(self) -> list[CompileSpec]:
-        return [CompileSpec(KEY, json.dumps(asdict(self), sort_keys=True).encode())]
+        fields_ = {k: v for k, v in asdict(self).items() if k != "memory" or v}
+        return [CompileSpec(KEY, json.dumps(fields_, sort_keys=True).encode())]
 
     @classmethod
     def from_compile_specs(cls, specs) -> "NpuCompileSpec":

@@ -33,7 +33,7 @@ from ..tflite.describe import op_names
 
 def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
     spec = NpuCompileSpec.from_compile_specs(compile_specs)
-    target = get_target(spec.target)
+    target = get_target(spec.target).placed(spec.memory)
     compiler = get_compiler(spec.npu_compiler, target)
     try:
         model = convert(edge_program, target)

@@ -3,9 +3,12 @@ array in a chosen linker section, and ``#define``s for what the firmware must si
 
 The header defines the array, so exactly one ``.c`` file includes it (elsewhere declare
 ``extern const uint8_t NAME[];``), as with ExecuTorch's ``pte_to_header.py``. The section
-decides where the linker puts the program: ExecuTorch's Arm runner links
-``network_model_sec`` to DDR or SRAM, while a ``.rodata.*`` name goes wherever the linker
-script sends ``.rodata`` (the Corstone-300 script of that runner: the 512 KiB DTCM).
+decides where the linker puts the program. By default (``section="auto"``) it follows the
+program's placement (``report.placement``): ``.<region>.<name>`` for the region of the
+target's memory map that holds the program (``.sram.model_pte``, ``.ddr.model_pte``), which
+the linker-script snippets of docs/memory.md send there. Any other name can be given:
+ExecuTorch's Arm runner links ``network_model_sec`` to DDR or SRAM, while a ``.rodata.*``
+name goes wherever the linker script sends ``.rodata``.
 
 Defines, prefixed with the array name in capitals (``MODEL_PTE_``):
 
@@ -18,6 +21,10 @@ Defines, prefixed with the array name in capitals (``MODEL_PTE_``):
   ``PLANNED_POOLS_SIZE`` their sum;
 - ``NPU_SCRATCH_SIZE`` and ``TEMP_ALLOCATOR_POOL_SIZE``: the largest scratch one NPU
   delegate call takes from the temp allocator;
+- where things live, when the report names a target with a memory map: ``PLACEMENT`` (a
+  string: ``flash``, ``sram`` or ``dedicated-sram``), ``PROGRAM_REGION`` (the array's),
+  ``RAM_REGION`` (the planned pools, the method allocator pool and the NPU scratch) and,
+  with Vela's Dedicated_Sram, ``FAST_SCRATCH_REGION`` and ``FAST_SCRATCH_SIZE``;
 - ``NUM_INPUTS`` / ``NUM_OUTPUTS`` and per tensor ``INPUT_<k>_DIMS``, ``_SHAPE`` (a brace
   list), ``_NUMEL``, ``_NBYTES``, ``_DTYPE`` (a string), ``_SCALAR_TYPE`` (ExecuTorch's
   ``ScalarType`` code), and for int8 I/O (``compile(io="int8")``) ``_SCALE``,
@@ -56,6 +63,45 @@ def check_name(name: str) -> str:
                           "digits and underscores, not starting with a digit, and no C "
                           "keyword (e.g. model_pte)")
     return name
+
+
+AUTO_SECTION = "auto"
+"""The section that follows the program's placement: ``.<region>.<name>``."""
+
+
+def placed_target(report):
+    """The target ``report`` was compiled for, placed as it says; None when it names none."""
+    from ..errors import ConfigError as _ConfigError
+    from ..targets import get_target
+
+    try:
+        target = get_target(getattr(report, "target", None))
+        return target.placed((getattr(report, "placement", None) or {}).get("memory", ""))
+    except _ConfigError:
+        return None
+
+
+def section_for(report, name: str) -> str:
+    """The section of the region that holds the program: ``.<region>.<name>``;
+    ``.rodata.<name>`` when the report names no memory map."""
+    target = placed_target(report)
+    region = target.region_for("program") if target is not None else None
+    return f".{region.name}.{name}" if region is not None else f".rodata.{name}"
+
+
+def _region_defines(prefix: str, report, fast_scratch: int) -> list[str]:
+    target = placed_target(report)
+    if target is None or not target.memory:
+        return []
+    lines = ["/* where each part lives: regions of the target's memory map (docs/memory.md) */",
+             f'#define {prefix}_PLACEMENT "{target.memory_placement}"']
+    for role, key in (("program", "PROGRAM"), ("ram", "RAM"), ("fast_scratch", "FAST_SCRATCH")):
+        region = target.region_for(role)
+        if region is not None:
+            lines.append(f'#define {prefix}_{key}_REGION "{region.name}"')
+    if target.region_for("fast_scratch") is not None:
+        lines.append(f"#define {prefix}_FAST_SCRATCH_SIZE {fast_scratch}u")
+    return lines
 
 
 def check_section(section: str | None) -> str | None:
@@ -121,12 +167,14 @@ def _io_defines(prefix: str, program, report) -> list[str]:
 
 
 def header_text(buffer: bytes, report=None, *, name: str = "model_pte",
-                section: str | None = ".rodata.model_pte") -> str:
+                section: str | None = AUTO_SECTION) -> str:
     """The header's text (see the module docstring)."""
     from ..report.memory import program_figures
     from ..runtime.pte import Program
 
     check_name(name)
+    if section == AUTO_SECTION:
+        section = section_for(report, name)
     section = check_section(section)
     buffer = bytes(buffer)
     program = Program(buffer)
@@ -164,6 +212,8 @@ def header_text(buffer: bytes, report=None, *, name: str = "model_pte",
          else "") + " */",
         f"#define {prefix}_NPU_SCRATCH_SIZE {ram['npu_scratch']}u",
         f"#define {prefix}_TEMP_ALLOCATOR_POOL_SIZE {scratch}u",
+        *_region_defines(prefix, report, int((getattr(report, "memory", None) or {}).get(
+            "ram", {}).get("fast_scratch", 0))),
         "",
         *_io_defines(prefix, program, report),
         "",
@@ -174,9 +224,10 @@ def header_text(buffer: bytes, report=None, *, name: str = "model_pte",
 
 
 def write_c_header(path, buffer: bytes, report, *, name: str = "model_pte",
-                   section: str | None = ".rodata.model_pte") -> Path:
+                   section: str | None = AUTO_SECTION) -> Path:
     """Write the ``.pte`` ``buffer`` as a C header at ``path`` (atomically); returns the
     path. ``name``: the array (a C identifier, ConfigError otherwise); ``section``: its
-    linker section (None: no section attribute)."""
+    linker section ("auto": the placement's region, ``section_for``; None: no section
+    attribute)."""
     text = header_text(buffer, report, name=name, section=section)
     return write_atomic(os.fspath(path), text.encode("ascii"))

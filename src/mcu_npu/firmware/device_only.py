@@ -37,12 +37,14 @@ def device_report(program):
     from .deployability import runtime_expectations
 
     delegates = [d for plan in program._pte.program.execution_plan for d in plan.delegates]
-    targets = []
+    targets, memory = [], ""
     for d in delegates:
         for spec in d.compile_specs:
             if spec.key == KEY:
                 try:
-                    targets.append(json.loads(bytes(spec.value))["target"])
+                    fields = json.loads(bytes(spec.value))
+                    targets.append(fields["target"])
+                    memory = fields.get("memory", memory)
                 except (KeyError, TypeError, ValueError):
                     raise InvalidProgramError("a delegate's mcu-npu compile spec is corrupt") \
                         from None
@@ -58,4 +60,5 @@ def device_report(program):
         pass
     return Report(target=target, npu_compiler="+".join(dict.fromkeys(compilers)), ops=[],
                   partitions=[PartitionInfo(i, [], c, []) for i, c in enumerate(compilers)],
-                  host_only="reference" in compilers, versions=versions, device_only=True)
+                  host_only="reference" in compilers, versions=versions, device_only=True,
+                  placement={"memory": memory} if memory else {})

@@ -95,7 +95,7 @@ class _Search:
 
 def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, npu_compiler,
            operators_not_to_delegate, progress, train_fn, io, deployable, strict,
-           accuracy_samples, compile_fn: Callable):
+           accuracy_samples, compile_fn: Callable, memory: str = "auto"):
     """Compile ``model`` with int8 activations, then raise layers to int16 as ``auto`` says
     (module docstring). Returns the chosen ``CompiledProgram``; warns when the target is not
     met or the target's NPU takes int8 only. ``compile_fn`` is ``api._compile``."""
@@ -107,7 +107,7 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
     user_layers = accuracy_samples
     compile_one = _compiler(compile_fn, model, inputs, target, calibration, npu_compiler,
                             operators_not_to_delegate, progress, train_fn, io, deployable,
-                            strict)
+                            strict, memory)
     show = bool(progress) if progress is not None else sys.stderr.isatty()
     s = _Search(auto, show)
     samples = _samples(auto.samples) if auto.samples is not None else None
@@ -140,19 +140,28 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
 
 def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
     """(request, per-layer samples) -> ``compile_fn``'s program for ``model`` with the
-    compile arguments ``args`` (target to strict); the
-    calibration progress shows on the first compile only."""
+    compile arguments ``args`` (target to memory); the calibration progress shows on the
+    first compile only. With ``memory="auto"`` the first compile (the int8 baseline) chooses
+    the placement, and the trials keep it."""
     (target, calibration, npu_compiler, operators_not_to_delegate, progress, train_fn, io,
-     deployable, strict) = args
+     deployable, strict, memory) = args
     compiled = 0
+    chosen: dict = {}
 
     def compile_one(request: PrecisionRequest, layer_samples):
         nonlocal compiled
         compiled += 1
         with stage("compiling the model"):
-            return compile_fn(model, inputs, target, calibration, npu_compiler,
+            prog = compile_fn(model, inputs, target, calibration, npu_compiler,
                               operators_not_to_delegate, progress if compiled == 1 else False,
-                              train_fn, io, deployable, strict, layer_samples, request)
+                              train_fn, io, deployable, strict, layer_samples, request,
+                              memory=chosen.get("memory", memory))
+        if memory == "auto" and not chosen:
+            chosen.update(prog.report.placement)
+        elif chosen:
+            prog.report.placement = {**chosen, "why": f"chosen for the int8 baseline: "
+                                                      f"{chosen.get('why', '')}"}
+        return prog
 
     return compile_one
 

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..npu import COMPILER_NAMES
 from ..partition.plan import PlanOptions
 from ..report import check_io
-from ..targets import Target, get_target
+from ..targets import MEMORY_CHOICES, Target, get_target
 
 
 @dataclass(frozen=True)
@@ -30,16 +30,19 @@ class Arguments:
     options: PlanOptions
     io: str
     accuracy_samples: list[tuple] | None
+    memory: str = "auto"
+    """Where the program lives: "auto" or one of the target's placements."""
 
 
 def check_arguments(example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, io, accuracy_samples,
-                    stacklevel: int = 2) -> Arguments:
+                    stacklevel: int = 2, memory: str = "auto") -> Arguments:
     """The arguments as the stages take them, ConfigError for any the flow cannot use.
     Without calibration data the example inputs calibrate, with a warning that points where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
     tgt = get_target(target)
     check_io(io)
+    check_memory(memory, tgt)
     if npu_compiler not in COMPILER_NAMES:
         raise ConfigError(f"unknown npu_compiler {npu_compiler!r}; choose one of: "
                           f"{', '.join(COMPILER_NAMES)}")
@@ -55,7 +58,19 @@ def check_arguments(example_inputs, target, calibration, npu_compiler,
         accuracy_samples = check_calibration(accuracy_samples, example_inputs)
     return Arguments(tgt, example_inputs, samples,
                      PlanOptions(tuple(operators_not_to_delegate), npu_compiler), io,
-                     accuracy_samples)
+                     accuracy_samples, memory)
+
+
+def check_memory(memory, target: Target) -> str:
+    """``memory`` if it is "auto" or a placement ``target`` has, else ConfigError listing
+    the valid ones."""
+    if not isinstance(memory, str) or memory not in MEMORY_CHOICES:
+        raise ConfigError(f"unknown memory placement {memory!r}; choose one of: "
+                          f"{', '.join(MEMORY_CHOICES)}")
+    if memory != "auto" and memory not in target.placements:
+        raise ConfigError(f"target {target.name} cannot place the program in {memory!r}; "
+                          f"it can: {', '.join(('auto', *target.placements))}")
+    return memory
 
 
 def as_inputs(x) -> tuple:

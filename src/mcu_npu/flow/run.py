@@ -15,13 +15,11 @@ from ..report import Report
 from .check import check_program
 from .export import export
 from .inputs import check_arguments
-from .int8_io import int8_io
-from .lower import lower, plan_edge
+from .lower import plan_edge
+from .memory import place
 from .measure import measure
 from .quantize import quantize_model
-from .report import write_report
 from .rewrite import rewrite
-from .serialize import to_executorch
 
 
 @dataclass(frozen=True)
@@ -42,22 +40,22 @@ class Compiled:
 def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, progress, train_fn: Callable | None, io,
                     deployable=False, strict=False, accuracy_samples=None,
-                    precision: PrecisionRequest = PrecisionRequest(),
+                    precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
                     stacklevel: int = 2) -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
-                           operators_not_to_delegate, io, accuracy_samples, stacklevel + 1)
+                           operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
+                           memory)
     float_model = model.eval() if isinstance(model, torch.nn.Module) else model
     graph = rewrite(export(float_model, args.example_inputs), args.target)
     quantized = quantize_model(graph, args, precision, train_fn, progress)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
-    edge, decided = lower(quantized.edge, decided, args.target)
-    edge, io_params = int8_io(edge, args.io)
-    report = write_report(decided, edge, args.target, io_params, precision, quantized.choice)
-    buffer, host_data = to_executorch(edge)
-    check_program(buffer, host_data, report, args.target, decided, edge, deployable, strict,
-                  stacklevel + 1)
+    placed = place(quantized.edge, decided, args.target, args.memory, args.io, precision,
+                   quantized.choice)
+    buffer, host_data, report = placed.buffer, placed.host_data, placed.report
+    check_program(buffer, host_data, report, placed.target, placed.decided, placed.edge,
+                  deployable, strict, stacklevel + 1)
     program = measure(buffer, host_data, report, float_model, quantized.reference,
                       args.samples, args.accuracy_samples)
     return Compiled(buffer, host_data, report, quantized.reference, float_model, program)

@@ -60,7 +60,8 @@ class NpuPartitioner(Partitioner):
         self.target = get_target(target or self.default_target)
         self.options = options
         self.plan = plan
-        spec = NpuCompileSpec(target=self.target.name, npu_compiler=options.npu_compiler)
+        spec = NpuCompileSpec(target=self.target.name, npu_compiler=options.npu_compiler,
+                              memory=self.target.placement)
         backend = backend_for(self.target.npu.kind)  # ExecuTorch finds it by class name
         self.delegation_spec = DelegationSpec(backend.__name__, spec.to_compile_specs())
 

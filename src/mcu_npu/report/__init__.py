@@ -122,6 +122,10 @@ class Report:
     latency: dict = field(default_factory=dict)
     """Whole-model latency estimate (``report.latency.estimate_latency``): ``latency_us``, ``npu_us``,
     ``cpu_us`` and one row per executed step."""
+    placement: dict = field(default_factory=dict)
+    """Where the program lives (``flow.memory``): ``memory`` the placement, ``asked``
+    ("auto" or the placement asked for), ``why`` it was chosen and ``tried``: each
+    placement considered, with its latency, its need per region and whether it fits."""
     device_only: bool = False
     """Read from the device program alone (its companion file absent): no per-op placement,
     accuracy, latency or per-layer error, only what the program holds."""
@@ -151,6 +155,8 @@ class Report:
             s["int16_ops"] = sum(o.precision == "int16" for o in self.ops)
         s.update({k: self.latency[k] for k in LATENCY_KEYS if k in self.latency})
         s.update(self.memory.get("summary", {}))
+        if self.placement.get("memory"):
+            s["memory_placement"] = self.placement["memory"]
         s.update(self.accuracy)
         if self.host_only:
             s["host_only"] = True
@@ -168,7 +174,8 @@ class Report:
             "host_only": self.host_only, "versions": self.versions, "kernels": self.kernels,
             "kernel_problems": self.kernel_problems,
             "memory": self.memory, "latency": self.latency, "layers": self.layers,
-            "precision": self.precision, "summary": self.summary,
+            "precision": self.precision, "placement": self.placement,
+            "summary": self.summary,
             **({"device_only": True} if self.device_only else {}),
         }
 
@@ -187,7 +194,7 @@ class Report:
             kernels=d.get("kernels") or [], kernel_problems=d.get("kernel_problems") or [],
             memory=d.get("memory") or {}, latency=d.get("latency") or {},
             layers=d.get("layers") or [], precision=d.get("precision") or {},
-            device_only=bool(d.get("device_only", False)),
+            placement=d.get("placement") or {}, device_only=bool(d.get("device_only", False)),
         )
 
     def to_html(self) -> str:
@@ -233,9 +240,9 @@ class Report:
 
             lines += ["", "per-layer error (largest loss first; dB against the float model)"]
             lines += ["  " + line for line in layer_lines(self.layers)]
-        from .memory import memory_lines
+        from .memory import memory_lines, placement_lines
 
-        lines += memory_lines(self.memory)
+        lines += memory_lines(self.memory) + placement_lines(self.placement)
         lines += self._kernel_lines()
         lines += self.version_lines()
         return "\n".join(line.rstrip() for line in lines)
@@ -250,6 +257,8 @@ class Report:
                  f"companion file (.ptd)"]
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {p}" for p in self.kernel_problems]
+        if self.placement.get("memory"):
+            lines.append(f"placement: {self.placement['memory']}")
         return lines + memory_lines(self.memory) + self._kernel_lines() + self.version_lines()
 
     def host_only_lines(self) -> list[str]:

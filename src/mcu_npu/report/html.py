@@ -54,7 +54,8 @@ def render_html(report) -> str:
     """The whole page for ``report`` (a ``Report``)."""
     s = report.summary
     body = [_header(report, s), _graph_section(report), _latency_section(report.latency),
-            _memory_section(report.memory), _layers_section(getattr(report, "layers", [])),
+            _memory_section(report.memory, getattr(report, "placement", None) or {}),
+            _layers_section(getattr(report, "layers", [])),
             _precision_section(report), _ops_section(report), _partitions_section(report),
             _io_section(report.io), _notes_section(report), _kernels_section(report.kernels),
             _versions_section(report.versions)]
@@ -413,11 +414,34 @@ def _region_bar(region: dict) -> str:
     return f'<div class="bar">{"".join(spans)}</div>'
 
 
-def _memory_section(memory: dict) -> str:
+def _placement_html(placement: dict) -> str:
+    """The chosen placement, why, and every placement tried (``flow.memory``)."""
+    if not placement.get("memory"):
+        return ""
+    rows = []
+    for row in placement.get("tried", []):
+        if not row.get("compiled", True):
+            rows.append((row["memory"], "-", "-", ("html", f'<span class="muted">'
+                                                            f'{escape(row.get("why", ""))}</span>')))
+            continue
+        needs = ", ".join(f"{n} {_bytes(b)}" for n, b in row.get("regions", {}).items())
+        fit = ("html", '<span class="ok">fits</span>') if row.get("fits") else (
+            "html", f'<span class="over">does not fit</span>: short '
+                    f'{_bytes(row.get("shortfall", 0))}')
+        rows.append((row["memory"], _us(row["latency_us"]) if "latency_us" in row else "-",
+                     needs, fit))
+    text = (f"<p>The program is placed in <b>{escape(str(placement['memory']))}</b> "
+            f"({escape(str(placement.get('asked', '')))}: "
+            f"{escape(str(placement.get('why', '')))}).</p>")
+    return text + (_table(("placement", "latency", "need per region", "fit"), rows)
+                   if rows else "")
+
+
+def _memory_section(memory: dict, placement: dict | None = None) -> str:
     head = "<section id=\"memory\"><h2>Memory</h2>"
     if not memory:
         return head + "<p class=\"muted\">No memory figures in this report.</p></section>"
-    out = [head]
+    out = [head, _placement_html(placement or {})]
     regions = _regions(memory)
     if regions:
         rows = []

@@ -340,7 +340,8 @@ def memory_report(program, target, report) -> dict:
 
     if target is None:
         try:
-            target = get_target(getattr(report, "target", None))
+            target = get_target(getattr(report, "target", None)).placed(
+                (getattr(report, "placement", None) or {}).get("memory", ""))
         except ConfigError:
             return {}
     else:
@@ -440,6 +441,23 @@ def check_fit(report, strict: bool, stacklevel: int = 2) -> None:
         raise MemoryFitError("\n".join(problems))
     for p in problems:
         warnings.warn(p, UserWarning, stacklevel=stacklevel + 1)
+
+
+def placement_lines(placement: dict) -> list[str]:
+    """Where the program lives and why, and every placement tried (text of the report)."""
+    if not placement.get("memory"):
+        return []
+    lines = [f"  placement: {placement['memory']} ({placement.get('asked', '')}: "
+             f"{placement.get('why', '')})"]
+    for row in placement.get("tried", []):
+        if not row.get("compiled", True):
+            lines.append(f"    {row['memory']:<15} {row.get('why', '')}")
+            continue
+        latency = f"{row['latency_us']:,.1f} us" if "latency_us" in row else "latency ?"
+        needs = ", ".join(f"{name} {need:,}" for name, need in row.get("regions", {}).items())
+        fits = "fits" if row.get("fits") else f"does NOT fit (short {row.get('shortfall', 0):,})"
+        lines.append(f"    {row['memory']:<15} {latency:>14}  {fits}; needs {needs}")
+    return lines
 
 
 def _b(n) -> str:

@@ -1,0 +1,201 @@
+"""Memory placement: where the program lives (``targets.PLACEMENTS``), asked for or chosen
+from the target's memory map, and the program lowered and serialized for it.
+
+``"auto"`` keeps the lowest whole-model latency among the placements whose program fits
+every region of the map, compiling only what it must compare:
+
+- the first placement (``sram`` where the target has it: the program beside its buffers in
+  the SRAM the NPU reads fastest) is lowered and serialized whole;
+- every other one is estimated by compiling the first's NPU partition graphs again with the
+  NPU compiler in that placement's memory mode (Vela's cycles, scratch and fast scratch):
+  the graphs, the CPU part and the program's size do not depend on it;
+- ``dedicated-sram`` is left out when ``sram`` fits: with program and arena off-chip and the
+  SRAM a cache, it is never faster than everything in SRAM;
+- only a winner other than the first is lowered again (from the same Edge program: lowering
+  leaves it as it was, the tests compare the result with a compile asking for the winner),
+  and its exact figures decide.
+
+None fitting, the placement with the smallest shortfall is kept, and the memory check then
+warns (or raises ``MemoryFitError`` with ``strict``) naming it. The report's ``placement``
+says what was chosen, why, and every placement tried with its latency and fit.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+
+from ..errors import stage
+from ..partition.plan import Plan
+from ..report import Report
+from ..report.memory import memory_report
+from ..targets import Target
+from .int8_io import int8_io
+from .lower import lower
+from .report import write_report
+from .serialize import to_executorch
+
+
+@dataclass
+class Lowered:
+    """One placement lowered and serialized: the target placed, the Edge program and its
+    plan, the report, the device ``.pte`` and its host data, the memory figures."""
+
+    target: Target
+    edge: object
+    decided: Plan
+    report: Report
+    buffer: bytes
+    host_data: dict[str, bytes]
+    memory: dict
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.memory.get("summary", {}).get("memory_fits", True))
+
+    @property
+    def shortfall(self) -> int:
+        """Bytes missing over every region the program does not fit (0 when it fits)."""
+        return sum(max(0, -r["margin"]) for r in self.memory.get("regions", [])
+                   if "margin" in r)
+
+    @property
+    def latency_us(self) -> float:
+        return float(self.report.latency.get("latency_us", float("inf")))
+
+    def row(self) -> dict:
+        """The report's line for this placement."""
+        out = {"memory": self.target.placement, "compiled": True,
+               "fits": self.fits, "regions": {r["name"]: r["need"]
+                                              for r in self.memory.get("regions", [])}}
+        if "latency_us" in self.report.latency:
+            out["latency_us"] = self.report.latency["latency_us"]
+        if self.shortfall:
+            out["shortfall"] = self.shortfall
+        return out
+
+
+def lower_placed(edge, decided: Plan, target: Target, io: str, precision, choice) -> Lowered:
+    """``edge`` lowered, given int8 I/O, reported and serialized for ``target`` (placed)."""
+    edge, decided = lower(edge, replace(decided, target=target), target)
+    edge, io_params = int8_io(edge, io)
+    report = write_report(decided, edge, target, io_params, precision, choice)
+    buffer, host_data = to_executorch(edge)
+    with stage("checking the program against the target's memory"):
+        memory = memory_report(buffer, target, report)
+    return Lowered(target, edge, decided, report, buffer, host_data, memory)
+
+
+@dataclass
+class Estimate:
+    """A placement judged from another's lowering: its latency, memory and report row."""
+
+    target: Target
+    latency_us: float
+    memory: dict
+    fits: bool
+    shortfall: int
+
+    def row(self) -> dict:
+        return {"memory": self.target.placement, "compiled": True, "estimated": True,
+                "fits": self.fits, "latency_us": self.latency_us,
+                "regions": {r["name"]: r["need"] for r in self.memory.get("regions", [])},
+                **({"shortfall": self.shortfall} if self.shortfall else {})}
+
+
+def estimate(first: Lowered, target: Target) -> Estimate:
+    """``first``'s program judged in ``target``'s placement: its Vela partitions compiled
+    again in that memory mode for their cycles and scratch; the rest as ``first``."""
+    from ..device.payload import find_host_graph, is_container, unpack_reference
+    from ..npu.vela import VelaCompiler
+    from ..runtime.pte import Program
+
+    report = copy.deepcopy(first.report)
+    program = Program(first.buffer)._pte.program
+    payloads = [bytes(program.backend_delegate_data[d.processed.index].data)
+                for plan in program.execution_plan for d in plan.delegates]
+    scratch_change = 0
+    for k, payload in enumerate(payloads):
+        graph = None if is_container(payload) else find_host_graph(first.host_data, payload)
+        if graph is None or target.npu.vela is None or k >= len(report.partitions):
+            continue  # the reference payload: the memory mode changes nothing
+        artifact = VelaCompiler().compile(unpack_reference(graph)[0], target)
+        old = report.partitions[k].stats
+        scratch_change = max(scratch_change, int(artifact.stats.get("scratch_bytes", 0))
+                             - int(old.get("scratch_bytes", 0)))
+        report.partitions[k] = replace(report.partitions[k],
+                                       stats={**old, **artifact.stats})
+    latency = _with_npu_rows(first.report.latency, report)
+    memory = memory_report(first.buffer, target, report)
+    for r in memory.get("regions", []):  # Vela's arena (NPU scratch) in that mode
+        if "ram" in r["holds"] and scratch_change:
+            r["need"] += scratch_change
+            if "margin" in r:
+                r["margin"] -= scratch_change
+                r["fits"] = r["margin"] >= 0
+    checked = [r for r in memory.get("regions", []) if "fits" in r]
+    shortfall = sum(max(0, -r["margin"]) for r in checked)
+    return Estimate(target, latency, memory, all(r["fits"] for r in checked), shortfall)
+
+
+def _with_npu_rows(latency: dict, report: Report) -> float:
+    """The whole-model latency of ``latency``'s rows with each NPU partition's row timed
+    from ``report``'s partition stats (Vela's total cycles at its clock); the CPU rows as
+    they are (rounded as the report keeps them)."""
+    if "latency_us" not in latency:
+        return float("inf")
+    total = 0.0
+    for row in latency.get("rows", []):
+        us = row["us"]
+        words = row["node"].split()
+        if row["runs_on"] == "npu" and words[:2] == ["npu", "partition"] and len(words) == 3:
+            stats = report.partitions[int(words[2])].stats
+            if "total_cycles" in stats and stats.get("clock_hz"):
+                us = stats["total_cycles"] / stats["clock_hz"] * 1e6
+        total += us
+    return round(total, 3)
+
+
+def place(edge, decided: Plan, target: Target, memory: str, io: str, precision,
+          choice) -> Lowered:
+    """The program lowered for ``memory`` ("auto" or one of the target's placements), the
+    report's ``placement`` filled in."""
+    if memory != "auto":
+        chosen = lower_placed(edge, decided, target.placed(memory), io, precision, choice)
+        chosen.report.placement = {"memory": memory, "asked": memory,
+                                   "why": "asked for", "tried": [chosen.row()]}
+        return chosen
+    order = [p for p in ("sram", "flash", "dedicated-sram") if p in target.placements]
+    with stage(f"placing the program in {order[0]}"):
+        first = lower_placed(edge, decided, target.placed(order[0]), io, precision, choice)
+    judged: list = [first]
+    rows = [first.row()]
+    for placement in order[1:]:
+        if placement == "dedicated-sram" and first.target.placement == "sram" and first.fits:
+            rows.append({"memory": placement, "compiled": False,
+                         "why": "not compiled: sram fits, and a program all in SRAM is "
+                                "never slower than one cached from off-chip memory"})
+            continue
+        with stage(f"estimating the program in {placement}"):
+            judged.append(estimate(first, target.placed(placement)))
+        rows.append(judged[-1].row())
+    fitting = [j for j in judged if j.fits]
+    best = min(fitting, key=lambda j: j.latency_us) if fitting else \
+        min(judged, key=lambda j: j.shortfall)
+    chosen = first
+    if best is not first:
+        with stage(f"placing the program in {best.target.placement}"):
+            again = lower_placed(edge, decided, best.target, io, precision, choice)
+        rows = [again.row() if row.get("memory") == best.target.placement else row
+                for row in rows]
+        if again.fits or not first.fits:
+            chosen = again
+    if fitting:
+        why = "the lowest latency that fits" if len(fitting) > 1 else (
+            "the only placement that fits" if len(judged) > 1
+            else "the only placement compared")
+    else:
+        why = "nothing fits: the smallest shortfall"
+    chosen.report.placement = {"memory": chosen.target.placement, "asked": "auto",
+                               "why": why, "tried": rows}
+    return chosen
