@@ -246,21 +246,14 @@ def load(path_or_bytes, companion=None) -> LoadedProgram:
     """Read a ``.pte`` (path or bytes) for execution on the host, with its companion file:
     ``companion`` (a path, or the file's bytes) or, for a path, the ``.ptd`` beside it when
     there is one. A companion written for another program is refused."""
-    from .firmware import companion as pair
+    from .firmware.companion import resolve
 
     if isinstance(path_or_bytes, (str, os.PathLike)):
         if not Path(path_or_bytes).is_file():
             raise InvalidProgramError(f"program file {str(path_or_bytes)!r} not found")
         data = Path(path_or_bytes).read_bytes()
-        default = pair.companion_path(path_or_bytes)
     else:
-        data, default = bytes(path_or_bytes), None
-    if companion is None:
-        found = pair.find(path_or_bytes, data) if default is not None else None
-        name = f"'{default}'" if default is not None else None
-    elif isinstance(companion, (str, os.PathLike)):
-        found, name = pair.read(companion, data), f"'{os.fspath(companion)}'"
-    else:
-        found, name = pair.unpack(bytes(companion), data), "(given as bytes)"
+        data = bytes(path_or_bytes)
+    found, name = resolve(path_or_bytes, data, companion)
     program = load_program(data, found.host_data if found is not None else None)
     return LoadedProgram(program, found, name)

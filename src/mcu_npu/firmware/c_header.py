@@ -69,27 +69,19 @@ AUTO_SECTION = "auto"
 """The section that follows the program's placement: ``.<region>.<name>``."""
 
 
-def placed_target(report):
-    """The target ``report`` was compiled for, placed as it says; None when it names none."""
-    from ..errors import ConfigError as _ConfigError
-    from ..targets import get_target
-
-    try:
-        target = get_target(getattr(report, "target", None))
-        return target.placed((getattr(report, "placement", None) or {}).get("memory", ""))
-    except _ConfigError:
-        return None
-
-
 def section_for(report, name: str) -> str:
     """The section of the region that holds the program: ``.<region>.<name>``;
     ``.rodata.<name>`` when the report names no memory map."""
+    from ..report.memory import placed_target
+
     target = placed_target(report)
     region = target.region_for("program") if target is not None else None
     return f".{region.name}.{name}" if region is not None else f".rodata.{name}"
 
 
 def _region_defines(prefix: str, report, fast_scratch: int) -> list[str]:
+    from ..report.memory import placed_target
+
     target = placed_target(report)
     if target is None or not target.memory:
         return []

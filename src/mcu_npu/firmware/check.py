@@ -169,8 +169,6 @@ def check_program(source, target_name: str, companion_file=None) -> list[str]:
     ``target_name``'s board; empty when none is found. Its companion (``companion_file``, or
     the one beside a path when there is one) adds the partitions' graphs (layouts) and the
     report's placements."""
-    import os
-
     from ..backend.delegate import backend_for
     from .kernels_list import kernel_list, problems as kernel_problems
     from ..report import Report
@@ -180,10 +178,7 @@ def check_program(source, target_name: str, companion_file=None) -> list[str]:
 
     target = get_target(target_name)
     data = read_bytes(source)
-    if companion_file is not None:
-        pair = companion.read(companion_file, data)
-    else:
-        pair = companion.find(source, data) if isinstance(source, (str, os.PathLike)) else None
+    pair, _ = companion.resolve(source, data, companion_file)
     program = Program(data, pair.host_data if pair is not None else None)
     device_id = backend_for(target.npu.kind).device_id
     found = []

@@ -139,3 +139,17 @@ def find(pte_path: str | os.PathLike, pte: bytes) -> Companion | None:
     """The companion beside the program at ``pte_path``, None when there is none."""
     path = companion_path(pte_path)
     return read(path, pte) if path.is_file() else None
+
+
+def resolve(source, pte: bytes, given=None) -> tuple[Companion | None, str | None]:
+    """(the companion of the program ``pte`` read from ``source``, and how to name it in a
+    message): ``given`` (a path, or the file's bytes) when there is one, else the ``.ptd``
+    beside a path ``source`` if it exists. None (and, for bytes with no companion given, no
+    name) when there is none."""
+    if given is None:
+        if not isinstance(source, (str, os.PathLike)):
+            return None, None
+        return find(source, pte), f"'{companion_path(source)}'"
+    if isinstance(given, (str, os.PathLike)):
+        return read(given, pte), f"'{os.fspath(given)}'"
+    return unpack(bytes(given), pte), "(given as bytes)"

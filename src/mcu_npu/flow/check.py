@@ -18,9 +18,10 @@ from ..runtime.pte import Program
 
 def check_program(buffer: bytes, host_data: dict[str, bytes], report: Report, target,
                   decided: Plan, edge, deployable: bool, strict: bool,
-                  stacklevel: int = 2) -> None:
+                  stacklevel: int = 2, memory: dict | None = None) -> None:
     """The three checks of ``buffer`` (lowered from ``edge`` with the plan ``decided``; its
-    companion's ``host_data`` give the partitions' graphs),
+    companion's ``host_data`` give the partitions' graphs; ``memory``: its memory report
+    when the placement already made it),
     filling the report's kernels and memory; warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
     with stage("checking the program's delegate tensors"):
@@ -30,7 +31,8 @@ def check_program(buffer: bytes, host_data: dict[str, bytes], report: Report, ta
         fill_report(report, program, target, edge, {n.ident: n.node for n in decided.nodes})
         deployability.check(report, target, deployable, stacklevel=stacklevel + 1)
     with stage("checking the program against the target's memory"):
-        report.memory = memory_report(program, target, report)
+        report.memory = memory if memory is not None else memory_report(program, target,
+                                                                        report)
         check_fit(report, strict, stacklevel=stacklevel + 1)
 
 

@@ -55,9 +55,7 @@ class Lowered:
 
     @property
     def shortfall(self) -> int:
-        """Bytes missing over every region the program does not fit (0 when it fits)."""
-        return sum(max(0, -r["margin"]) for r in self.memory.get("regions", [])
-                   if "margin" in r)
+        return shortfall(self.memory)
 
     @property
     def latency_us(self) -> float:
@@ -134,8 +132,14 @@ def estimate(first: Lowered, target: Target) -> Estimate:
                 r["margin"] -= scratch_change
                 r["fits"] = r["margin"] >= 0
     checked = [r for r in memory.get("regions", []) if "fits" in r]
-    shortfall = sum(max(0, -r["margin"]) for r in checked)
-    return Estimate(target, latency, memory, all(r["fits"] for r in checked), shortfall)
+    return Estimate(target, latency, memory, all(r["fits"] for r in checked),
+                    shortfall(memory))
+
+
+def shortfall(memory: dict) -> int:
+    """Bytes missing over every region of ``memory`` (a memory report) the program does not
+    fit; 0 when it fits."""
+    return sum(max(0, -r["margin"]) for r in memory.get("regions", []) if "margin" in r)
 
 
 def _with_npu_rows(latency: dict, report: Report) -> float:

@@ -55,7 +55,7 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                    quantized.choice)
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
     check_program(buffer, host_data, report, placed.target, placed.decided, placed.edge,
-                  deployable, strict, stacklevel + 1)
+                  deployable, strict, stacklevel + 1, placed.memory)
     program = measure(buffer, host_data, report, float_model, quantized.reference,
                       args.samples, args.accuracy_samples)
     return Compiled(buffer, host_data, report, quantized.reference, float_model, program)

@@ -333,16 +333,26 @@ def program_figures(program, size: int | None = None) -> dict:
             "npu_reads_program": any(m["npu_reads_program"] for m in methods)}
 
 
+def placed_target(report):
+    """The target ``report`` was compiled for, placed as it says (``report.placement``);
+    None when it names no known target."""
+    from ..targets import get_target
+
+    try:
+        target = get_target(getattr(report, "target", None))
+        return target.placed((getattr(report, "placement", None) or {}).get("memory", ""))
+    except ConfigError:
+        return None
+
+
 def memory_report(program, target, report) -> dict:
     """Memory figures of ``program`` (``.pte`` bytes or ``runtime.pte.Program``) on
     ``target`` (None: the report's; {} when the report names no known target)."""
     from ..targets import get_target
 
     if target is None:
-        try:
-            target = get_target(getattr(report, "target", None)).placed(
-                (getattr(report, "placement", None) or {}).get("memory", ""))
-        except ConfigError:
+        target = placed_target(report)
+        if target is None:
             return {}
     else:
         target = get_target(target)
