@@ -54,6 +54,11 @@ class HostDataMissingError(InvalidProgramError):
     behind vendor NPU payloads), and the companion was not given."""
 
 
+class RuntimeUnavailableError(McuNpuError):
+    """The runtime asked for cannot be set up on this host (``run(runtime="executorch")``
+    without a C++ compiler or ExecuTorch's C++ headers); the message says what to install."""
+
+
 class MemoryFitError(McuNpuError):
     """The program does not fit the target's memory (``compile(..., strict=True)``)."""
 

@@ -80,6 +80,21 @@ def _record(model, interp) -> None:
         _RECORDINGS[-1].append(op_outputs(model.buffer, interp))
 
 
+def npu_graph(processed: bytes, named_data: dict[str, bytes]):
+    """(TFLiteModel, meta, interpreter) of the partition graph behind a payload."""
+    return _graph(processed, named_data)
+
+
+def npu_compute(interp, inputs: "list[tuple[int, np.ndarray]]", outputs: "list[int]",
+                what: str) -> list[np.ndarray]:
+    """The NPU's compute alone: each input region's bytes into graph tensor ``index``
+    (``inputs``: (index, bytes)), the graph run, each output tensor's bytes (flat) back."""
+    for k, (index, memory) in enumerate(inputs):
+        _feed(interp, index, memory, f"{what} input {k}")
+    interp.invoke()
+    return [_result(interp, index) for index in outputs]
+
+
 def _graph(processed: bytes, named_data: dict[str, bytes]):
     """(TFLiteModel, meta, interpreter) of the partition graph behind a payload."""
     payload = processed
@@ -96,11 +111,17 @@ def _graph(processed: bytes, named_data: dict[str, bytes]):
 
 
 @dataclass(frozen=True)
-class _Record:
-    """One NPU input or output as the runtime knows it: element count and element size."""
+class NpuRecord:
+    """One NPU input or output as the runtime knows it: element count, element size and
+    (Ethos-U) its byte offset in the NPU's scratch area."""
 
     count: int
     elem_size: int
+    offset: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.elem_size
 
 
 def _tensor_detail(interp, index: int) -> dict:
@@ -133,17 +154,30 @@ def _check_arity(kind: str, inputs: list, outputs: list, n_in: int, n_out: int) 
             f"program passes {len(inputs)} inputs and {len(outputs)} outputs")
 
 
-def _vela_records(processed: bytes, model, interp) -> tuple[list[_Record], list[_Record]]:
+def _vela_records(processed: bytes, model, interp) -> tuple[list[NpuRecord], list[NpuRecord]]:
+    return ethos_u_layout(processed, model, interp)[1:]
+
+
+def ethos_u_layout(processed: bytes, model,
+                   interp) -> tuple[int, list[NpuRecord], list[NpuRecord]]:
+    """(scratch size, input records, output records) of an Ethos-U payload: Vela's records,
+    or for a reference payload its graph's inputs then outputs, each at the next 16-byte
+    boundary of the scratch area."""
     if is_container(processed):
-        def record(spec):
+        offset, records = 0, []
+        for spec in (*model.inputs, *model.outputs):
             detail = _tensor_detail(interp, spec.index)
-            return _Record(math.prod(int(d) for d in detail["shape"]),
-                           np.dtype(detail["dtype"]).itemsize)
-        return [record(s) for s in model.inputs], [record(s) for s in model.outputs]
+            record = NpuRecord(math.prod(int(d) for d in detail["shape"]),
+                               np.dtype(detail["dtype"]).itemsize, offset)
+            records.append(record)
+            offset += (record.nbytes + 15) // 16 * 16
+        n_in = len(model.inputs)
+        return offset, records[:n_in], records[n_in:]
     stream = bin_stream.parse(processed)
+
     def records(ios):
-        return [_Record(math.prod(io.shape), io.elem_size) for io in ios]
-    return records(stream.inputs), records(stream.outputs)
+        return [NpuRecord(math.prod(io.shape), io.elem_size, io.offset) for io in ios]
+    return stream.scratch_size, records(stream.inputs), records(stream.outputs)
 
 
 def run_ethos_u(processed: bytes, compile_specs, named_data, inputs: list[DeviceTensor],
@@ -180,7 +214,7 @@ def run_ethos_u(processed: bytes, compile_specs, named_data, inputs: list[Device
 
 
 @dataclass(frozen=True)
-class _NeutronIO:
+class NeutronIO:
     input_formats: tuple[int, ...]
     output_formats: tuple[int, ...]
     input_map: tuple[int, ...]
@@ -188,17 +222,22 @@ class _NeutronIO:
     num_input_args: int
 
 
-def _neutron_io(processed: bytes, model, meta) -> _NeutronIO:
+def neutron_io(processed: bytes, model, meta) -> "NeutronIO":
+    """The format flags, argument maps and input-argument count of a Neutron payload."""
+    return _neutron_io(processed, model, meta)
+
+
+def _neutron_io(processed: bytes, model, meta) -> NeutronIO:
     if is_container(processed):
         formats = meta.get("neutron_formats")
         if formats is None:
             raise InvalidProgramError("the Neutron delegate's payload records no format flags "
                                       "(it was compiled for another NPU)")
-        return _NeutronIO(tuple(formats["inputs"]), tuple(formats["outputs"]),
+        return NeutronIO(tuple(formats["inputs"]), tuple(formats["outputs"]),
                           tuple(range(len(model.inputs))), tuple(range(len(model.outputs))),
                           len(model.inputs))
     fields = nxp.parse(processed)
-    return _NeutronIO(fields.input_formats, fields.output_formats, fields.input_map,
+    return NeutronIO(fields.input_formats, fields.output_formats, fields.input_map,
                       fields.output_map, fields.num_input_args)
 
 

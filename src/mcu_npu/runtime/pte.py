@@ -124,6 +124,8 @@ class Program:
 
     def __init__(self, data: bytes, host_data: dict[str, bytes] | None = None):
         self._pte = _deserialize(data)
+        self.data = bytes(data)
+        """The program's bytes, as read."""
         self.size = len(data)
         self.identifier = bytes(data[4:8]).decode("ascii", "replace")
         """The schema's file identifier the program carries (``ET12``)."""
@@ -146,6 +148,13 @@ class Program:
                                   for op in plan.operators))
 
     @property
+    def kernel_names(self) -> list[str]:
+        """The kernels the program calls as runtime registries name them
+        (``ns::op.overload``), over all methods."""
+        return list(dict.fromkeys(f"{op.name}.{op.overload}" if op.overload else op.name
+                                  for plan in self._plans.values() for op in plan.operators))
+
+    @property
     def input_specs(self) -> list[InputSpec]:
         """Shape and dtype of each input of the default method."""
         return self.input_specs_of(self._default_method())
@@ -157,7 +166,7 @@ class Program:
 
     def run(self, *inputs, method: str = "forward") -> list[torch.Tensor]:
         """Execute `method` on `inputs`; the outputs are fresh tensors, not runtime memory."""
-        _check_inputs(method, self.input_specs_of(method), inputs)
+        check_inputs(method, self.input_specs_of(method), inputs)
         if method not in self._methods:
             with _corrupt_as(f"cannot prepare method '{method}'"):
                 self._methods[method] = Method(self._pte, self._plan(method), self.named_data)
@@ -179,7 +188,8 @@ class Program:
         return f"Program(methods={self.method_names}, backends={self.backend_ids})"
 
 
-def _check_inputs(method: str, specs: Sequence[InputSpec], inputs: Sequence) -> None:
+def check_inputs(method: str, specs: Sequence[InputSpec], inputs: Sequence) -> None:
+    """InputError unless ``inputs`` are what ``specs`` (a method's inputs) ask for."""
     if len(inputs) != len(specs):
         raise InputError(
             f"method '{method}' takes {len(specs)} input{'s' * (len(specs) != 1)} "

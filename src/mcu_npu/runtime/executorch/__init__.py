@@ -1,0 +1,84 @@
+"""Runs a program in ExecuTorch's own C++ runtime (the installed wheel's), with the device
+glue (``glue.cpp``, built on first use by ``build``) registering the NPU backends and the
+kernels the runtime lacks; the glue hands the NPU's compute and the kernels' bodies to the
+host (``bridge``). Loading, memory planning, argument passing and the delegates' data
+movement are then the runtime's and the device backends', not the host runtime's model of
+them, so the two runtimes check each other.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Sequence
+
+import torch
+
+from ...errors import ConfigError, InvalidProgramError
+from .. import pte
+from . import bridge
+
+RUNTIMES = ("host", "executorch")
+"""``run(runtime=...)``: the project's Python runtime (``runtime.pte``), or ExecuTorch's."""
+
+_loaded: "weakref.WeakKeyDictionary[pte.Program, ExecutorchProgram]" = \
+    weakref.WeakKeyDictionary()
+
+
+def check_runtime(runtime: str) -> str:
+    """``runtime`` when it names one of ``RUNTIMES``; ConfigError otherwise."""
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"unknown runtime {runtime!r}: choose one of {', '.join(RUNTIMES)}")
+    return runtime
+
+
+class ExecutorchProgram:
+    """A program loaded in ExecuTorch's runtime; ``run`` executes one of its methods."""
+
+    def __init__(self, program: pte.Program):
+        from executorch.runtime import Runtime
+
+        self._program = program
+        bridge.provide_kernels(program.kernel_names)
+        try:
+            self._et = Runtime.get().load_program(program.data)
+        except Exception as exc:  # the bindings raise RuntimeError / ValueError
+            raise InvalidProgramError(f"ExecuTorch's runtime cannot load the program: "
+                                      f"{type(exc).__name__}: {exc}") from exc
+        self._methods: dict[str, object] = {}
+
+    def _method(self, name: str):
+        if name not in self._methods:
+            bridge.clear_error()
+            try:
+                with bridge.payload_data(self._program.named_data):
+                    self._methods[name] = self._et.load_method(name)
+            except Exception as exc:
+                raise InvalidProgramError(
+                    f"ExecuTorch's runtime cannot load method '{name}': "
+                    f"{bridge.last_error() or f'{type(exc).__name__}: {exc}'}") from exc
+        return self._methods[name]
+
+    def run(self, inputs: Sequence, method: str = "forward") -> list[torch.Tensor]:
+        """Execute ``method``; the outputs are fresh tensors, not runtime memory."""
+        pte.check_inputs(method, self._program.input_specs_of(method), inputs)
+        loaded = self._method(method)
+        bridge.clear_error()
+        try:
+            outputs = loaded.execute(list(inputs))
+        except Exception as exc:
+            raise InvalidProgramError(
+                f"method '{method}' failed in ExecuTorch's runtime: "
+                f"{bridge.last_error() or f'{type(exc).__name__}: {exc}'}") from exc
+        return [o.clone() if isinstance(o, torch.Tensor) else torch.tensor(o) for o in outputs]
+
+
+def run(program: pte.Program, inputs: Sequence, method: str = "forward") -> list[torch.Tensor]:
+    """Execute ``method`` of ``program`` in ExecuTorch's runtime (loaded once per program)."""
+    loaded = _loaded.get(program)
+    if loaded is None:
+        loaded = _loaded[program] = ExecutorchProgram(program)
+    with torch.no_grad():
+        return loaded.run(inputs, method)
+
+
+__all__ = ["RUNTIMES", "ExecutorchProgram", "check_runtime", "run"]
