@@ -41,5 +41,31 @@ def _every_program_is_lean():
 
 
 @pytest.fixture(autouse=True)
+def _model_runs_in_both_runtimes(request):
+    """In model-level tests (marked ``slow``) every host run of a program also runs in
+    ExecuTorch's own runtime (``run(runtime="executorch")``), and the outputs must be equal
+    bit for bit: a difference is a bug in one of the two runtimes."""
+    if request.node.get_closest_marker("slow") is None:
+        yield
+        return
+    from mcu_npu import api
+
+    from helpers import assert_same_outputs
+
+    original = api.LoadedProgram.run
+
+    def both(self, *inputs, runtime="host", **kwargs):
+        outputs = original(self, *inputs, runtime=runtime, **kwargs)
+        if runtime == "host" and not kwargs:
+            assert_same_outputs(outputs, original(self, *inputs, runtime="executorch"),
+                                "the host runtime", "ExecuTorch's runtime")
+        return outputs
+
+    api.LoadedProgram.run = both
+    yield
+    api.LoadedProgram.run = original
+
+
+@pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

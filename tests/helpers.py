@@ -134,6 +134,21 @@ def assert_loads_in_executorch(buffer: bytes, inputs, outputs, method: str = "fo
                 f"{where} holds {got.nbytes()} bytes, expected {want.numel() * want.element_size()}"
 
 
+def assert_same_outputs(a, b, a_name: str = "a", b_name: str = "b") -> None:
+    """Two runs' outputs are the same tensors, bit for bit (dtype, shape and values)."""
+    assert len(a) == len(b), f"{a_name} gives {len(a)} outputs, {b_name} {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x.dtype == y.dtype and x.shape == y.shape, \
+            f"output {i}: {a_name} gives {x.dtype} {tuple(x.shape)}, {b_name} {y.dtype} " \
+            f"{tuple(y.shape)}"
+        if not torch.equal(x, y):
+            diff = (x.double() - y.double()).abs()
+            raise AssertionError(
+                f"output {i} differs between {a_name} and {b_name} at "
+                f"{int((diff > 0).sum())} of {x.numel()} elements (largest difference "
+                f"{float(diff.max()):g}, first at flat index {int((diff > 0).flatten().nonzero()[0])})")
+
+
 DEVICE_OVERHEAD_LIMIT = 4096
 """Bytes a device ``.pte`` may hold beyond its NPU payloads, its constants and ExecuTorch's
 per-entry tables (docs/companion.md)."""

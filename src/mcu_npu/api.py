@@ -73,12 +73,14 @@ class CompiledProgram:
         write_atomic(companion_path(path), companion)
         return written
 
-    def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+    def run(self, *inputs: torch.Tensor, runtime: str = "host") -> list[torch.Tensor]:
         """Execute the ``.pte``; with ``io="int8"`` it takes and returns int8 tensors (see
-        ``quantize_inputs`` / ``dequantize_outputs``)."""
+        ``quantize_inputs`` / ``dequantize_outputs``). ``runtime``: ``"host"`` (the project's
+        Python runtime) or ``"executorch"`` (ExecuTorch's own C++ runtime, with the NPU
+        backends' data movement done as on the device; needs a C++ compiler)."""
         if self._program is None:
             self._program = LoadedProgram(load_program(self.buffer, self.host_data))
-        return self._program.run(*inputs)
+        return self._program.run(*inputs, runtime=runtime)
 
     def save_selected_ops(self, path: str | os.PathLike,
                           pte_path: str | os.PathLike | None = None) -> Path:
@@ -185,9 +187,12 @@ class LoadedProgram:
         """The companion read with the program (``firmware.companion.Companion``), or None."""
         return self._companion
 
-    def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+    def run(self, *inputs: torch.Tensor, runtime: str = "host") -> list[torch.Tensor]:
+        """Execute the ``.pte`` in ``runtime`` (see ``CompiledProgram.run``)."""
+        from .runtime.executorch import run_with
+
         try:
-            return self._program.run(*inputs)
+            return run_with(runtime, self._program, inputs)
         except HostDataMissingError:
             if self._companion_name is None:
                 raise

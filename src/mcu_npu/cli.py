@@ -186,7 +186,7 @@ def cmd_run(args) -> int:
             inputs.append(torch.from_numpy(np.load(path)))
         except Exception as exc:
             raise ConfigError(f"cannot read input {path!r}: {_first_line(exc)}") from exc
-    outputs = [o.numpy() for o in prog.run(*inputs)]
+    outputs = [o.numpy() for o in prog.run(*inputs, runtime=args.runtime)]
     for i, o in enumerate(outputs):
         flat = o.reshape(-1)
         preview = np.array2string(flat[:8], precision=4, separator=", ")
@@ -316,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--companion", metavar="PTD", help=companion_help)
     r.add_argument("--input", action="append", required=True, help=".npy per input, in order")
     r.add_argument("--output", help=".npy (one output) or .npz to save the outputs to")
+    r.add_argument("--runtime", choices=("host", "executorch"), default="host",
+                   help="host: mcu-npu's Python runtime (default); executorch: ExecuTorch's "
+                        "own C++ runtime, the NPU backends moving data as on the device (built "
+                        "on first use: needs g++)")
     r.set_defaults(func=cmd_run)
     rp = sub.add_parser("report", help="print a program's compile report (from its companion "
                         "file; without one, what the .pte itself holds)")

@@ -66,10 +66,19 @@ class ExecutorchProgram:
         try:
             outputs = loaded.execute(list(inputs))
         except Exception as exc:
+            bridge.raise_failure(exc)
             raise InvalidProgramError(
                 f"method '{method}' failed in ExecuTorch's runtime: "
                 f"{bridge.last_error() or f'{type(exc).__name__}: {exc}'}") from exc
         return [o.clone() if isinstance(o, torch.Tensor) else torch.tensor(o) for o in outputs]
+
+
+def run_with(runtime: str, program: pte.Program, inputs: Sequence,
+             method: str = "forward") -> list[torch.Tensor]:
+    """Execute ``method`` of ``program`` in the runtime named (one of ``RUNTIMES``)."""
+    if check_runtime(runtime) == "host":
+        return program.run(*inputs, method=method)
+    return run(program, inputs, method)
 
 
 def run(program: pte.Program, inputs: Sequence, method: str = "forward") -> list[torch.Tensor]:
@@ -81,4 +90,4 @@ def run(program: pte.Program, inputs: Sequence, method: str = "forward") -> list
         return loaded.run(inputs, method)
 
 
-__all__ = ["RUNTIMES", "ExecutorchProgram", "check_runtime", "run"]
+__all__ = ["RUNTIMES", "ExecutorchProgram", "check_runtime", "run", "run_with"]

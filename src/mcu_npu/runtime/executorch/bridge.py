@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ...errors import InvalidProgramError
+from ...errors import InvalidProgramError, McuNpuError
 from .. import npu_emulator
 from ..kernels import Frame, dtype_of, resolve
 from . import build
@@ -184,12 +184,18 @@ def run_kernel(name: str, args: list[HostArg]) -> None:
 
 # --- the ctypes side ------------------------------------------------------------------------
 
+_failures: list[McuNpuError] = []
+
+
 def _guarded(fn, failed):
-    """``fn`` for a C caller: an exception becomes the glue's last error and ``failed``."""
+    """``fn`` for a C caller: an exception becomes the glue's last error and ``failed``; the
+    project's own errors are kept to be raised again once the runtime returns."""
     def call(*args):
         try:
             return fn(*args)
         except Exception as exc:  # noqa: BLE001  (any failure must reach the runtime as a code)
+            if isinstance(exc, McuNpuError):
+                _failures.append(exc)
             _set_error(f"{type(exc).__name__}: {exc}" if not isinstance(exc, InvalidProgramError)
                        else str(exc))
             return failed
@@ -265,7 +271,17 @@ def last_error() -> str:
 
 
 def clear_error() -> None:
+    _failures.clear()
     _set_error("")
+
+
+def raise_failure(cause: BaseException) -> None:
+    """Raise again the project's error a callback failed with (``cause``: what the runtime
+    raised on returning), if one did."""
+    if _failures:
+        failure = _failures[-1]
+        _failures.clear()
+        raise failure from cause
 
 
 def provide_kernels(names) -> None:
