@@ -14,8 +14,10 @@ from mcu_npu.models.mlperf_tiny import MODELS
 from mcu_npu.npu import ethosu_payload
 from mcu_npu.report.metrics import sqnr_db
 
+import model_compiles
 from device_checks import assert_ethos_u_io_matches
 from helpers import DEVICE_OVERHEAD_LIMIT, assert_loads_in_executorch, device_split, sqnr_holds
+from model_compiles import same_compile
 
 pytestmark = pytest.mark.slow
 
@@ -29,10 +31,11 @@ def _compile(name, target):
     return model, prog, tests
 
 
-@pytest.mark.parametrize("target", ["corstone-300", "corstone-320"])
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name,target", [
+    pytest.param(name, target, marks=same_compile("mlperf", name, target))
+    for name in MODELS for target in ["corstone-300", "corstone-320"]])
 def test_mlperf_tiny_on_ethos_u(name, target):
-    model, prog, tests = _compile(name, target)
+    model, prog, tests = model_compiles.mlperf(name, target)
     s = prog.report.summary
     assert s["npu_compiler"] == "vela" and s["ops_on_cpu"] == 0 and s["partitions"] == 1
     assert s["npu_cycles"] > 0 and s["npu_sram_bytes"] > 0

@@ -15,23 +15,21 @@ from mcu_npu.quantization.exact import run_exact
 from mcu_npu.report.metrics import sqnr_db
 from mcu_npu.models.mlperf_tiny import MODELS
 
+import model_compiles
 from device_checks import assert_neutron_io_matches
 from helpers import assert_loads_in_executorch
+from model_compiles import same_compile
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=same_compile("mlperf", name, "imxrt700")) for name in MODELS])
 def test_mlperf_tiny_model_on_imxrt700(name, tmp_path):
-    model, inputs = MODELS[name]()
-    g = torch.Generator().manual_seed(0)
-    calibration = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(16)]
-    prog = mcu_npu.compile(model, inputs, target="imxrt700", calibration=calibration,
-                           npu_compiler="reference")
+    model, prog, tests = model_compiles.mlperf(name, "imxrt700")
     s = prog.report.summary
     assert s["partitions"] == 1 and s["ops_on_cpu"] == 0 and s["ops_on_npu"] == s["ops_total"]
-    tests = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(12)]
     with torch.no_grad():
         floats = torch.cat([model(*t).flatten() for t in tests])
         refs = torch.cat([run_exact(prog.reference, *t).flatten() for t in tests])
