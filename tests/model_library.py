@@ -69,6 +69,18 @@ MODELS: dict[str, dict] = {
 }
 
 
+# name -> the targets it runs wholly on the NPU, in one partition: the representative few
+# the tests compile (tests/test_model_library.py) on every target of TARGETS.
+TEST_SET: dict[str, set[str]] = {
+    "mobilenetv3_small_050": {"corstone-300", "corstone-320"},
+    "convnext_atto": {"corstone-320"},
+    "vit_tiny_patch16_224": {"corstone-320"},
+    "levit_128s": {"corstone-320"},
+    "mobilevit_xxs": {"corstone-320"},
+}
+TARGETS = ["imxrt700", "corstone-300", "corstone-320"]
+
+
 _TIMM = None
 
 

@@ -14,20 +14,14 @@ import model_library
 from helpers import assert_loads_in_executorch, sqnr_holds
 from mcu_npu.report import Kernel
 
-TARGETS = ["imxrt700", "corstone-300", "corstone-320"]
+TARGETS = model_library.TARGETS
 
 # name -> the targets it runs wholly on the NPU, in one partition. Squeeze-excite and
 # hard-swish (MobileNetV3), ConvNeXt, and transformers:
 # class token (ViT), attention-bias tables and a distilled head (LeViT), conv and attention
 # with resizes (MobileViT). On imxrt700 GELU and hard-swish stay on the Cortex-M (no Neutron
 # operator), so no imxrt700 expectation is made here.
-MODELS = {
-    "mobilenetv3_small_050": {"corstone-300", "corstone-320"},
-    "convnext_atto": {"corstone-320"},
-    "vit_tiny_patch16_224": {"corstone-320"},
-    "levit_128s": {"corstone-320"},
-    "mobilevit_xxs": {"corstone-320"},
-}
+MODELS = model_library.TEST_SET
 
 
 @pytest.mark.slow

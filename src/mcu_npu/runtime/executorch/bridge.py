@@ -297,3 +297,8 @@ def provide_kernels(names) -> None:
             raise InvalidProgramError(f"cannot register kernel {name} in ExecuTorch's runtime: "
                                       f"{last_error()}")
         _slots[slot] = name
+
+
+def provided_kernels() -> set[str]:
+    """The operator names the glue has registered host kernels under."""
+    return set(_slots.values())

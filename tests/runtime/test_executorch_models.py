@@ -1,0 +1,107 @@
+"""The model-level programs run in ExecuTorch's own runtime (``run(runtime="executorch")``)
+with outputs equal, bit for bit, to the host runtime's: the MLPerf Tiny models on
+corstone-300, corstone-320 (Vela payloads) and imxrt700, the GRU keyword spotter, and the
+model-library set on the three targets (the Cortex-M kernels of what the NPU leaves
+included). The programs are the compiles the model-level tests check
+(``model_compiles``, ``model_library.compiled``), shared through their xdist groups.
+
+Each run is also counted: the runtime must reach the NPU backend once per delegate call and
+the host kernels once per call of an operator it lacks, so an equal output cannot come from
+a path that skips them."""
+
+from __future__ import annotations
+
+import pytest
+
+import mcu_npu
+import model_compiles
+import model_library
+from helpers import assert_same_outputs
+from mcu_npu.models.mlperf_tiny import MODELS as MLPERF
+from mcu_npu.runtime.executorch import bridge
+from model_compiles import same_compile
+
+pytestmark = pytest.mark.slow
+TARGETS = ["corstone-300", "corstone-320", "imxrt700"]
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts of the NPU computes and host kernel calls ExecuTorch's runtime makes."""
+    counts = {"npu": 0, "kernels": 0}
+    run_npu, run_kernel = bridge.run_npu, bridge.run_kernel
+
+    def npu(*args):
+        counts["npu"] += 1
+        return run_npu(*args)
+
+    def kernel(*args):
+        counts["kernels"] += 1
+        return run_kernel(*args)
+
+    monkeypatch.setattr(bridge, "run_npu", npu)
+    monkeypatch.setattr(bridge, "run_kernel", kernel)
+    return counts
+
+
+def _calls_per_run(program) -> tuple[int, int]:
+    """(delegate calls, calls of the kernels the glue provides) of one run of ``forward``,
+    from the program's instructions."""
+    plan = program._plans["forward"]
+    provided = bridge.provided_kernels()
+    delegates = kernels = 0
+    for chain in plan.chains:
+        for instruction in chain.instructions:
+            call = instruction.instr_args
+            if type(call).__name__ == "DelegateCall":
+                delegates += 1
+            elif type(call).__name__ == "KernelCall":
+                op = plan.operators[call.op_index]
+                name = f"{op.name}.{op.overload}" if op.overload else op.name
+                kernels += name in provided
+    return delegates, kernels
+
+
+def assert_runs_alike(prog, samples, calls) -> None:
+    """Every sample gives the same outputs in both runtimes, and ExecuTorch's runtime runs
+    the program's delegate and Cortex-M kernel calls through the glue."""
+    for sample in samples:
+        sample = sample if isinstance(sample, tuple) else (sample,)
+        host = prog.run(*sample)  # (the conftest runs it in ExecuTorch's runtime too)
+        delegates, kernels = _calls_per_run(prog._program._program)
+        assert delegates > 0, "the program delegates nothing to the NPU"
+        before = dict(calls)
+        got = prog.run(*sample, runtime="executorch")
+        assert calls["npu"] - before["npu"] == delegates
+        assert calls["kernels"] - before["kernels"] == kernels
+        assert_same_outputs(host, got, "the host runtime", "ExecuTorch's runtime")
+
+
+@pytest.mark.parametrize("name,target", [
+    pytest.param(name, target, marks=same_compile("mlperf", name, target))
+    for name in MLPERF for target in TARGETS])
+def test_mlperf_tiny_runs_in_executorch_as_on_the_host(name, target, calls, tmp_path):
+    _, prog, tests = model_compiles.mlperf(name, target)
+    assert_runs_alike(prog, tests[:4], calls)
+    # from the files a user deploys: the .pte, and the companion holding the host graphs
+    loaded = mcu_npu.load(prog.save(tmp_path / f"{name}.pte"))
+    assert_same_outputs(prog.run(*tests[0]), loaded.run(*tests[0], runtime="executorch"),
+                        "the compiled program", "its saved .pte in ExecuTorch's runtime")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=same_compile("recurrent", name)) for name in ["kws_gru2"]])
+def test_gru_keyword_spotter_runs_in_executorch_as_on_the_host(name, calls):
+    _, prog, tests = model_compiles.recurrent(name)
+    assert_runs_alike(prog, tests, calls)
+
+
+@pytest.mark.parametrize("name,target", [
+    pytest.param(name, target, marks=model_library.same_compile(name, target))
+    for name in model_library.TEST_SET for target in model_library.TARGETS])
+def test_model_library_runs_in_executorch_as_on_the_host(name, target, calls):
+    _, prog, tests, _ = model_library.compiled(name, target)
+    assert_runs_alike(prog, tests[:2], calls)
+    if target not in model_library.TEST_SET[name]:
+        return
+    assert _calls_per_run(prog._program._program) == (1, 2)  # one partition; I/O quantize

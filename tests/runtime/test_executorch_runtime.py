@@ -1,0 +1,207 @@
+"""ExecuTorch's own runtime runs our programs (``run(runtime="executorch")``): the device glue
+builds once and is cached, its backends move delegate data as the device runtimes do (Vela's
+memcpy; Neutron's flagged transposes through its argument maps) and refuse what they refuse,
+and a copy rule broken on either side shows as a difference between the two runtimes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import assert_same_outputs, calibration_set
+from neutron_sdk_double import Behaviour, install
+
+import mcu_npu
+from mcu_npu.errors import ConfigError, InvalidProgramError, RuntimeUnavailableError
+from mcu_npu.runtime import load as load_program
+from mcu_npu.runtime import npu_emulator
+from mcu_npu.runtime.delegates import DeviceTensor, register_emulator, unregister_emulator
+from mcu_npu.runtime.executorch import ExecutorchProgram, bridge, build
+
+
+class ConvNet(torch.nn.Module):
+    """Image in, conv features out: both NPU boundaries 4-D with several channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Conv2d(4, 8, 3), torch.nn.Conv2d(8, 6, 3)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+class TwoInputs(torch.nn.Module):
+    """A five-channel and a one-channel image (Neutron: one flagged input, one plain)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Conv2d(5, 4, 3, padding=1), torch.nn.Conv2d(1, 4, 3, padding=1)
+
+    def forward(self, x, y):
+        return torch.relu(self.a(x) + self.b(y))
+
+
+def _inputs(case: str, channels_last: bool = False):
+    torch.manual_seed(0)
+    if case == "two_inputs":
+        return TwoInputs().eval(), (torch.randn(1, 5, 10, 12), torch.randn(1, 1, 10, 12))
+    x = torch.randn(1, 4, 18, 14)
+    return ConvNet().eval(), (x.to(memory_format=torch.channels_last) if channels_last else x,)
+
+
+def _samples(inputs, n=3):
+    return [tuple(s.to(memory_format=torch.channels_last)
+                  if e.dim() == 4 and not e.is_contiguous() else s
+                  for s, e in zip(sample, inputs)) for sample in calibration_set(inputs, n=n,
+                                                                                 seed=7)]
+
+
+_PROGRAMS = {}
+
+
+def program(case: str, target: str, compiler: str = "auto", channels_last: bool = False):
+    """(compiled program, samples), compiled once per test process."""
+    key = (case, target, compiler, channels_last)
+    if key not in _PROGRAMS:
+        model, inputs = _inputs(case, channels_last)
+        with pytest.MonkeyPatch.context() as patch:
+            if compiler == "neutron":
+                install(patch, Behaviour(reverse_inputs=case == "two_inputs"))
+            prog = mcu_npu.compile(model, inputs, target=target, npu_compiler=compiler,
+                                   calibration=_samples(inputs, n=8))
+        _PROGRAMS[key] = prog, _samples(inputs)
+    return _PROGRAMS[key]
+
+
+PROGRAMS = [("conv", "corstone-300", "auto", False), ("conv", "corstone-300", "auto", True),
+            ("two_inputs", "corstone-300", "auto", False),
+            ("conv", "imxrt700", "reference", False), ("conv", "imxrt700", "reference", True),
+            ("conv", "imxrt700", "neutron", False), ("conv", "imxrt700", "neutron", True),
+            ("two_inputs", "imxrt700", "neutron", False)]
+
+
+@pytest.mark.parametrize("case,target,compiler,channels_last", PROGRAMS)
+def test_small_programs_run_in_executorch_as_on_the_host(case, target, compiler,
+                                                        channels_last):
+    prog, samples = program(case, target, compiler, channels_last)
+    for sample in samples:
+        assert_same_outputs(prog.run(*sample), prog.run(*sample, runtime="executorch"),
+                            "the host runtime", "ExecuTorch's runtime")
+
+
+def test_the_glue_is_built_once_per_source_and_version(tmp_path, monkeypatch):
+    monkeypatch.setenv("MCU_NPU_CACHE", str(tmp_path))
+    first = build.library()
+    assert first.parent == tmp_path and build.wheel().version in first.name
+    stamp = first.stat().st_mtime_ns
+    assert build.library() == first and first.stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary left behind
+
+
+def test_without_a_compiler_the_error_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("MCU_NPU_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    with pytest.raises(RuntimeUnavailableError, match=r"apt-get install g\+\+"):
+        build.library()
+    monkeypatch.setattr(bridge, "_lib", None)  # as in a process that has not built it yet
+    prog, samples = program("conv", "corstone-300")
+    fresh = mcu_npu.load(prog.buffer, companion=prog.companion)
+    with pytest.raises(RuntimeUnavailableError, match="no C\\+\\+ compiler found"):
+        fresh.run(*samples[0], runtime="executorch")
+    assert fresh.run(*samples[0])  # the host runtime needs no compiler
+
+
+def test_an_unknown_runtime_is_a_config_error():
+    prog, samples = program("conv", "corstone-300")
+    with pytest.raises(ConfigError, match="unknown runtime 'board'.*host, executorch"):
+        prog.run(*samples[0], runtime="board")
+
+
+def _fresh(prog):
+    """The program loaded anew, so its delegates initialize again in ExecuTorch's runtime."""
+    return load_program(prog.buffer, prog.host_data)
+
+
+def test_a_bridge_that_ignores_the_neutron_format_flag_differs_from_the_host(monkeypatch):
+    """With the flags read as 0 the glue hands the NPU the contiguous (N, C, H, W) bytes
+    where the device transposes to channels last: ExecuTorch's run no longer equals the
+    host's."""
+    prog, samples = program("conv", "imxrt700", "neutron")
+    neutron_io = npu_emulator.neutron_io
+
+    def flags_ignored(*args):
+        io = neutron_io(*args)
+        return type(io)(tuple(0 for _ in io.input_formats), tuple(0 for _ in io.output_formats),
+                        io.input_map, io.output_map, io.num_input_args)
+
+    monkeypatch.setattr(npu_emulator, "neutron_io", flags_ignored)
+    broken = ExecutorchProgram(_fresh(prog))
+    with pytest.raises(AssertionError, match="differs"):
+        assert_same_outputs(prog.run(*samples[0]), broken.run(samples[0]))
+
+
+def test_a_neutron_flag_dropped_on_a_channels_last_input_is_refused_as_on_the_device(
+        monkeypatch):
+    """Unflagged, the device takes only contiguous tensors: a channels-last input is refused
+    (``execute`` returns InvalidProgram) in both runtimes."""
+    prog, samples = program("conv", "imxrt700", "neutron", channels_last=True)
+    neutron_io = npu_emulator._neutron_io
+
+    def input_flag_dropped(*args):
+        io = neutron_io(*args)
+        assert io.input_formats == (1,)
+        return type(io)((0,), io.output_formats, io.input_map, io.output_map,
+                        io.num_input_args)
+
+    monkeypatch.setattr(npu_emulator, "_neutron_io", input_flag_dropped)
+    with pytest.raises(InvalidProgramError, match="Neutron input 0: the runtime expects a "
+                                                  "contiguous dim order"):
+        ExecutorchProgram(_fresh(prog)).run(samples[0])
+    with pytest.raises(InvalidProgramError, match="Neutron input 0: the Neutron runtime "
+                                                  "expects a contiguous dim order"):
+        _fresh(prog).run(*samples[0])
+
+
+def test_a_host_emulator_that_transposes_where_ethos_u_copies_differs_from_executorch():
+    """The host's Ethos-U emulator made to hand the NPU a channels-last copy of each input
+    (where EthosUBackend.cpp memcpys it as it lies): the real runtime's glue copies as the
+    device does, so the two runtimes disagree."""
+    prog, samples = program("conv", "corstone-300")
+    truth = prog.run(*samples[0], runtime="executorch")
+
+    def transposing(processed, specs, named, inputs, outputs):
+        moved = [DeviceTensor(t.tensor, (0, 2, 3, 1)) for t in inputs]
+        npu_emulator.run_ethos_u(processed, specs, named, moved, outputs)
+
+    unregister_emulator("EthosUBackend")
+    try:
+        register_emulator("EthosUBackend", transposing, npu_emulator.ethos_u_input_count)
+        with pytest.raises(AssertionError, match="differs"):
+            assert_same_outputs(_fresh(prog).run(*samples[0]), truth)
+    finally:
+        unregister_emulator("EthosUBackend")
+        register_emulator("EthosUBackend", npu_emulator.run_ethos_u,
+                          npu_emulator.ethos_u_input_count)
+    assert_same_outputs(_fresh(prog).run(*samples[0]), truth)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.__setitem__(5, d[5] + 1), "Input tensor sizes do not match"),
+    (lambda d: d.__setitem__(3, 2), "runtime copies only int32"),
+    (lambda d: d.__setitem__(0, 3), "the call passes 2 arguments"),
+])
+def test_the_ethos_u_glue_refuses_what_the_device_refuses(edit, match, monkeypatch):
+    """A payload read as needing another element count, element size or arity: the glue's
+    EthosUBackend returns InvalidProgram from execute, as the device's does."""
+    prog, samples = program("conv", "corstone-300")
+    describe = bridge.describe
+
+    def doctored(*args):
+        flat, call = describe(*args)
+        flat = list(flat)
+        edit(flat)  # flat: n_in, n_out, scratch, then (element size, offset, count) per I/O
+        return flat, call
+
+    monkeypatch.setattr(bridge, "describe", doctored)
+    with pytest.raises(InvalidProgramError, match=match):
+        ExecutorchProgram(_fresh(prog)).run(samples[0])
