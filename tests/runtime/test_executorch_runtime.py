@@ -205,3 +205,26 @@ def test_the_ethos_u_glue_refuses_what_the_device_refuses(edit, match, monkeypat
     monkeypatch.setattr(bridge, "describe", doctored)
     with pytest.raises(InvalidProgramError, match=match):
         ExecutorchProgram(_fresh(prog)).run(samples[0])
+
+
+class AdaptiveMaxPool(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.adaptive_max_pool2d(x, 3) * 2
+
+
+def test_a_kernel_the_runtime_lacks_gets_its_tensor_list_arguments():
+    """``aten::adaptive_max_pool2d.out`` is in no kernel library of the wheel: the glue
+    registers the host kernel, which gets the call's values, its returns boxed in a tensor
+    list among them, over the runtime's memory."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    x = torch.randn(1, 3, 7, 8)
+    config = EdgeCompileConfig(
+        _core_aten_ops_exception_list=[torch.ops.aten.adaptive_max_pool2d.default])
+    buffer = to_edge(torch.export.export(AdaptiveMaxPool(), (x,)),
+                     compile_config=config).to_executorch().buffer
+    program = load_program(buffer)
+    got = ExecutorchProgram(program).run((x,))
+    assert "aten::adaptive_max_pool2d.out" in bridge.provided_kernels()
+    assert_same_outputs(program.run(x), got)
+    assert torch.equal(got[0], AdaptiveMaxPool()(x))

@@ -34,7 +34,8 @@ ETHOS_U, NEUTRON = 0, 1
 BACKENDS = {"EthosUBackend": ETHOS_U, "NeutronBackend": NEUTRON}
 _MAX_DIMS = 16
 _TAG_NONE, _TAG_TENSOR, _TAG_DOUBLE, _TAG_INT, _TAG_BOOL = 0, 1, 3, 4, 5
-_TAG_LIST_BOOL, _TAG_LIST_DOUBLE, _TAG_LIST_INT = 6, 7, 8
+_TAG_LIST_BOOL, _TAG_LIST_DOUBLE, _TAG_LIST_INT, _TAG_LIST_TENSOR = 6, 7, 8, 9
+_TAG_LIST_OPTIONAL_TENSOR = 11
 
 
 class HostArg(ctypes.Structure):
@@ -158,6 +159,9 @@ def value_of(arg: HostArg):
         return float(arg.double_value)
     if tag == _TAG_BOOL:
         return bool(arg.int_value)
+    if tag in (_TAG_LIST_TENSOR, _TAG_LIST_OPTIONAL_TENSOR):
+        return [value_of(item) for item in (HostArg * arg.dim).from_address(arg.data)] \
+            if arg.dim else []
     items = {_TAG_LIST_INT: ctypes.c_int64, _TAG_LIST_BOOL: ctypes.c_bool,
              _TAG_LIST_DOUBLE: ctypes.c_double}.get(tag)
     if items is None:

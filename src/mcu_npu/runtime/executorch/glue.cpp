@@ -381,8 +381,28 @@ HostNpuBackend g_neutron(kNeutron);
 Backend g_backends[] = {{"EthosUBackend", &g_ethos_u}, {"NeutronBackend", &g_neutron}};
 bool g_backends_registered = false;
 
+bool marshal_tensor(const Tensor& t, HostArg* out, int index) {
+  if (t.dim() > kMaxDims) {
+    g_last_error = "kernel argument " + std::to_string(index) + " has more than " +
+        std::to_string(kMaxDims) + " dims";
+    return false;
+  }
+  out->tag = static_cast<int32_t>(Tag::Tensor);
+  out->scalar_type = static_cast<int32_t>(t.scalar_type());
+  out->dim = static_cast<int32_t>(t.dim());
+  out->data = t.mutable_data_ptr();
+  out->nbytes = static_cast<int64_t>(t.nbytes());
+  for (ssize_t i = 0; i < t.dim(); i++) {
+    out->sizes[i] = t.size(i);
+    out->dim_order[i] = t.dim_order()[i];
+  }
+  return true;
+}
+
 // A kernel argument for the host; false (with the reason kept) when it has no host form.
-bool marshal(const EValue& value, HostArg* out, int index) {
+// The items of a tensor list are marshalled into a block of `nested`, which `data` points to.
+bool marshal(const EValue& value, HostArg* out, int index,
+             std::deque<std::vector<HostArg>>& nested) {
   std::memset(out, 0, sizeof(HostArg));
   out->tag = static_cast<int32_t>(value.tag);
   switch (value.tag) {
@@ -415,23 +435,35 @@ bool marshal(const EValue& value, HostArg* out, int index) {
       out->data = const_cast<double*>(items.data());
       return true;
     }
-    case Tag::Tensor: {
-      const Tensor t = value.toTensor();
-      if (t.dim() > kMaxDims) {
-        g_last_error = "kernel argument " + std::to_string(index) + " has more than " +
-            std::to_string(kMaxDims) + " dims";
-        return false;
+    case Tag::ListTensor: {
+      auto items = value.toTensorList();
+      nested.emplace_back(items.size());
+      for (size_t i = 0; i < items.size(); i++) {
+        if (!marshal_tensor(items[i], &nested.back()[i], index)) {
+          return false;
+        }
       }
-      out->scalar_type = static_cast<int32_t>(t.scalar_type());
-      out->dim = static_cast<int32_t>(t.dim());
-      out->data = t.mutable_data_ptr();
-      out->nbytes = static_cast<int64_t>(t.nbytes());
-      for (ssize_t i = 0; i < t.dim(); i++) {
-        out->sizes[i] = t.size(i);
-        out->dim_order[i] = t.dim_order()[i];
-      }
+      out->dim = static_cast<int32_t>(items.size());
+      out->data = nested.back().data();
       return true;
     }
+    case Tag::ListOptionalTensor: {
+      auto items = value.toListOptionalTensor();
+      nested.emplace_back(items.size());
+      for (size_t i = 0; i < items.size(); i++) {
+        HostArg* item = &nested.back()[i];
+        std::memset(item, 0, sizeof(HostArg));
+        item->tag = static_cast<int32_t>(Tag::None);
+        if (items[i].has_value() && !marshal_tensor(items[i].value(), item, index)) {
+          return false;
+        }
+      }
+      out->dim = static_cast<int32_t>(items.size());
+      out->data = nested.back().data();
+      return true;
+    }
+    case Tag::Tensor:
+      return marshal_tensor(value.toTensor(), out, index);
     default:
       g_last_error = "kernel argument " + std::to_string(index) +
           " has an EValue type the host does not take (tag " +
@@ -442,8 +474,9 @@ bool marshal(const EValue& value, HostArg* out, int index) {
 
 void run_kernel(int slot, KernelRuntimeContext& context, Span<EValue*> args) {
   std::vector<HostArg> host(args.size());
+  std::deque<std::vector<HostArg>> nested;
   for (size_t i = 0; i < args.size(); i++) {
-    if (!marshal(*args[i], &host[i], static_cast<int>(i))) {
+    if (!marshal(*args[i], &host[i], static_cast<int>(i), nested)) {
       context.fail(Error::InvalidArgument);
       return;
     }
