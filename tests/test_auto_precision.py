@@ -7,8 +7,6 @@ the fast cases use a three-Linear MLP."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,8 +19,7 @@ from mcu_npu.graph.ids import node_id
 from mcu_npu.report.metrics import sqnr_db
 from mcu_npu.report import OpPlacement
 
-sys.path.insert(0, str(Path(__file__).parent / "e2e"))
-from test_recurrent import KeywordSpotter  # noqa: E402
+from model_compiles import KeywordSpotter
 
 
 class MLP(nn.Module):

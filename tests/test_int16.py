@@ -4,8 +4,6 @@ holds the numerics contract, and where int16 cannot go (eIQ Neutron, the Cortex-
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -119,8 +117,7 @@ def test_gru_kws_with_int16_recurrent_state_gains_6_db():
     reading their state in int16 gain at least 6 dB over int8 on inputs outside the
     calibration set, every op on the NPU. (64 calibration samples: with 16, clipping at
     ranges the calibration never saw costs both programs alike and hides the gain.)"""
-    sys.path.insert(0, str(Path(__file__).parent / "e2e"))
-    from test_recurrent import KeywordSpotter
+    from model_compiles import KeywordSpotter
 
     torch.manual_seed(0)
     model = KeywordSpotter().eval()
