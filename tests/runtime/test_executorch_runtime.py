@@ -228,3 +228,15 @@ def test_a_kernel_the_runtime_lacks_gets_its_tensor_list_arguments():
     assert "aten::adaptive_max_pool2d.out" in bridge.provided_kernels()
     assert_same_outputs(program.run(x), got)
     assert torch.equal(got[0], AdaptiveMaxPool()(x))
+
+
+def test_a_vela_program_without_its_companion_says_so_in_executorch_too(tmp_path):
+    """The Vela payload's graph is in the companion file: without it the delegate's init
+    fails, and the error is the host runtime's."""
+    from mcu_npu.errors import HostDataMissingError
+
+    prog, samples = program("conv", "corstone-300")
+    path = prog.save(tmp_path / "conv.pte")
+    path.with_suffix(".ptd").unlink()
+    with pytest.raises(HostDataMissingError, match="needs its companion file"):
+        mcu_npu.load(path).run(*samples[0], runtime="executorch")

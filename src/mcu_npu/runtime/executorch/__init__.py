@@ -53,6 +53,7 @@ class ExecutorchProgram:
                 with bridge.payload_data(self._program.named_data):
                     self._methods[name] = self._et.load_method(name)
             except Exception as exc:
+                bridge.raise_failure(exc)
                 raise InvalidProgramError(
                     f"ExecuTorch's runtime cannot load method '{name}': "
                     f"{bridge.last_error() or f'{type(exc).__name__}: {exc}'}") from exc
