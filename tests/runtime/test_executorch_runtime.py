@@ -6,6 +6,8 @@ and a copy rule broken on either side shows as a difference between the two runt
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from helpers import assert_same_outputs, calibration_set
@@ -185,6 +187,28 @@ def test_a_host_emulator_that_transposes_where_ethos_u_copies_differs_from_execu
     assert_same_outputs(_fresh(prog).run(*samples[0]), truth)
 
 
+def test_a_bridge_that_transposes_where_ethos_u_copies_differs_from_the_host(monkeypatch):
+    """The glue's NPU input regions reordered from (N, C, H, W) to channels last before the
+    NPU reads them (where EthosUBackend.cpp memcpys): ExecuTorch's run no longer equals the
+    host's."""
+    prog, samples = program("conv", "corstone-300")
+    (sizes,) = [tuple(x.shape) for x in samples[0]]
+    run_npu = bridge.run_npu
+
+    def transposing(call, inputs, outputs):
+        moved = []
+        for region in inputs:
+            if region.size == math.prod(sizes):  # the int8 image
+                region = region.reshape(sizes).transpose(0, 2, 3, 1).reshape(-1).copy()
+            moved.append(region)
+        run_npu(call, moved, outputs)
+
+    monkeypatch.setattr(bridge, "run_npu", transposing)
+    with pytest.raises(AssertionError, match="differs"):
+        assert_same_outputs(prog.run(*samples[0]), ExecutorchProgram(_fresh(prog)).run(
+            samples[0]))
+
+
 @pytest.mark.parametrize("edit, match", [
     (lambda d: d.__setitem__(5, d[5] + 1), "Input tensor sizes do not match"),
     (lambda d: d.__setitem__(3, 2), "runtime copies only int32"),
@@ -240,3 +264,18 @@ def test_a_vela_program_without_its_companion_says_so_in_executorch_too(tmp_path
     path.with_suffix(".ptd").unlink()
     with pytest.raises(HostDataMissingError, match="needs its companion file"):
         mcu_npu.load(path).run(*samples[0], runtime="executorch")
+
+
+def test_cli_run_takes_the_runtime(tmp_path):
+    import numpy as np
+    from helpers import run_cli
+
+    prog, samples = program("conv", "corstone-300")
+    path = prog.save(tmp_path / "conv.pte")
+    x, y = tmp_path / "x.npy", tmp_path / "y.npy"
+    np.save(x, samples[0][0].numpy())
+    r = run_cli("run", path, "--input", x, "--output", y, "--runtime", "executorch")
+    assert r.returncode == 0, r.stderr
+    assert torch.equal(torch.from_numpy(np.load(y)), prog.run(*samples[0])[0])
+    r = run_cli("run", path, "--input", x, "--runtime", "board")
+    assert r.returncode != 0 and "--runtime" in r.stderr and "executorch" in r.stderr
