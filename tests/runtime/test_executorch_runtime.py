@@ -113,6 +113,29 @@ def test_without_a_compiler_the_error_says_what_to_install(tmp_path, monkeypatch
     assert fresh.run(*samples[0])  # the host runtime needs no compiler
 
 
+def test_a_wheel_without_its_headers_is_named(tmp_path):
+    with pytest.raises(RuntimeUnavailableError, match="lacks its C\\+\\+ headers .*, c10 "
+                                                      "headers .*, runtime library"):
+        build.wheel(tmp_path)
+
+
+def test_workers_building_at_once_share_one_library(tmp_path):
+    """Two processes building into an empty cache at the same time: both load the same
+    library, and no partial file is left."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from mcu_npu.runtime.executorch import build; print(build.library())"
+    env = {**os.environ, "MCU_NPU_CACHE": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate() for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in results]
+    paths = {out.strip() for out, _ in results}
+    assert len(paths) == 1 and [str(p) for p in tmp_path.iterdir()] == list(paths)
+
+
 def test_an_unknown_runtime_is_a_config_error():
     prog, samples = program("conv", "corstone-300")
     with pytest.raises(ConfigError, match="unknown runtime 'board'.*host, executorch"):

@@ -37,13 +37,14 @@ class Wheel:
     lib: Path
 
 
-def wheel() -> Wheel:
-    """The installed ExecuTorch's headers and ``libexecutorch.so``; RuntimeUnavailableError
-    naming what is missing."""
-    spec = importlib.util.find_spec("executorch")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeUnavailableError("ExecuTorch is not installed: pip install executorch")
-    root = Path(next(iter(spec.submodule_search_locations)))
+def wheel(root: Path | None = None) -> Wheel:
+    """The installed ExecuTorch's headers and ``libexecutorch.so`` (``root``: the package
+    directory, found by import when None); RuntimeUnavailableError naming what is missing."""
+    if root is None:
+        spec = importlib.util.find_spec("executorch")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeUnavailableError("ExecuTorch is not installed: pip install executorch")
+        root = Path(next(iter(spec.submodule_search_locations)))
     found = Wheel(importlib.metadata.version("executorch"), root / "include",
                   root / "include/executorch/runtime/core/portable_type/c10", root / "lib")
     needed = {"C++ headers": found.include / "executorch/runtime/backend/interface.h",
