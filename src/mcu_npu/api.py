@@ -115,6 +115,7 @@ def compile(
     accuracy_samples=None,
     precision=None,
     memory: str = "auto",
+    etrecord: str | os.PathLike | None = None,
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -146,8 +147,14 @@ def compile(
     place from flash or off-chip memory), ``"sram"`` (the whole program in SRAM),
     ``"dedicated-sram"`` (Ethos-U65/U85: program and arena off-chip, the NPU's SRAM their
     cache), or ``"auto"`` (the default): the fastest of these whose program fits the
-    target's memory map (``flow.memory``; ``report.placement`` says why)."""
+    target's memory map (``flow.memory``; ``report.placement`` says why).
+
+    ``etrecord`` names a file to write the compile's ETRecord to, for ExecuTorch's
+    ``Inspector`` (``docs/debugging.md``); the device program is the same without it."""
     request = parse_precision(precision)
+    if isinstance(request, AutoPrecision) and etrecord is not None:
+        raise ConfigError("etrecord= is not available with precision='auto': compile with "
+                          "the precision the search chose (report.precision) to record it")
     if isinstance(request, AutoPrecision):
         from .flow.auto_precision import search
 
@@ -160,13 +167,20 @@ def compile(
     with stage("compiling the model"):  # any failure the stages below do not name
         return _compile(model, example_inputs, target, calibration, npu_compiler,
                         operators_not_to_delegate, progress, train_fn, io, deployable, strict,
-                        accuracy_samples, request, memory=memory)
+                        accuracy_samples, request, memory=memory, etrecord=etrecord)
 
 
-def _compile(*args, **kwargs) -> CompiledProgram:
+def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
     """The compile flow (``flow.run.compile_program``, same arguments) as a
-    ``CompiledProgram``; warnings point at the call of ``compile``."""
-    c = compile_program(*args, **kwargs, stacklevel=3)
+    ``CompiledProgram``, with its ETRecord written to ``etrecord`` when given; warnings
+    point at the call of ``compile``."""
+    c = compile_program(*args, **kwargs, stacklevel=3, keep_edges=etrecord is not None)
+    if etrecord is not None:
+        from .devtools.etrecord import write_etrecord
+
+        example = args[1]
+        write_etrecord(etrecord, *c.edges,
+                       (example,) if isinstance(example, torch.Tensor) else tuple(example))
     return CompiledProgram(c.buffer, c.report, c.reference, _program=LoadedProgram(c.program),
                            float_model=c.float_model, host_data=c.host_data)
 
