@@ -34,6 +34,12 @@ class NpuOp:
         return identifier(self.index, self.name)
 
 
+def computes_edge_value(op: NpuOp) -> bool:
+    """Whether the operator's output is an Edge node's value: the converter names such a
+    tensor after the node, and the tensors it adds (padding, layout changes) with a ``/``."""
+    return bool(op.outputs) and "/" not in op.outputs[0]
+
+
 def identifier(index: int, name: str) -> str:
     """The delegate debug identifier of TFLite operator ``index`` (``name``: its opcode)."""
     return f"#{index}:{name}"
