@@ -53,15 +53,38 @@ class CompiledProgram:
                             host_run(self.run, self.report.io), samples)
 
     def save_c_header(self, path: str | os.PathLike, *, name: str = "model_pte",
-                      section: str | None = "auto") -> Path:
+                      section: str | None = "auto", bundled_inputs=None) -> Path:
         """Write the ``.pte`` as a C header for firmware (``mcu_npu.firmware.c_header``): a 16-byte
         aligned ``const uint8_t name[]`` in linker section ``section`` ("auto": the one of
         the memory region the program is placed in, ``.<region>.<name>``; None: no section
         attribute), with ``#define``s for the memory pools, the regions each must live in
-        and the program's I/O."""
+        and the program's I/O. With ``bundled_inputs`` (as for ``save_bundled``) the array
+        holds the bundled program instead, with its tolerance as ``#define``s."""
         from .firmware.c_header import write_c_header
 
-        return write_c_header(path, self.buffer, self.report, name=name, section=section)
+        bundled = None
+        if bundled_inputs is not None:
+            from .devtools.bundled import bundle
+
+            bundled = bundle(self._runtime(), self.buffer, bundled_inputs)
+        return write_c_header(path, self.buffer, self.report, name=name, section=section,
+                              bundled=bundled)
+
+    def save_bundled(self, path: str | os.PathLike, inputs):
+        """Write a bundled program (``.bpte``, ``devtools.bundled``): the ``.pte`` with
+        ``inputs`` (a list of input tuples, or of tensors for a one-input model) as test
+        cases and the host run's outputs for them as the expected outputs, which firmware
+        checks with ExecuTorch's ``verify_method_outputs``. Returns the ``Bundle``; its
+        ``tolerance`` is what the board's outputs may differ by."""
+        from .devtools.bundled import write_bundled
+
+        return write_bundled(path, self._runtime(), self.buffer, inputs)
+
+    def _runtime(self):
+        """The host runtime's program (``runtime.Program``) of ``buffer``."""
+        if self._program is None:
+            self._program = LoadedProgram(load_program(self.buffer, self.host_data))
+        return self._program._program
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the device program to ``path`` and its companion beside it
@@ -73,11 +96,14 @@ class CompiledProgram:
         write_atomic(companion_path(path), companion)
         return written
 
-    def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+    def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
+            debug_buffer: str | os.PathLike | None = None) -> list[torch.Tensor]:
         """Execute the ``.pte``; with ``io="int8"`` it takes and returns int8 tensors (see
-        ``quantize_inputs`` / ``dequantize_outputs``)."""
-        if self._program is None:
-            self._program = LoadedProgram(load_program(self.buffer, self.host_data))
+        ``quantize_inputs`` / ``dequantize_outputs``). ``etdump``: write the run's ETDump
+        there (``devtools.etdump``), and with ``debug_buffer`` its intermediate outputs."""
+        self._runtime()
+        if etdump is not None or debug_buffer is not None:
+            return _record(self._program._program, inputs, self.report, etdump, debug_buffer)
         return self._program.run(*inputs)
 
     def save_selected_ops(self, path: str | os.PathLike,
@@ -199,8 +225,13 @@ class LoadedProgram:
         """The companion read with the program (``firmware.companion.Companion``), or None."""
         return self._companion
 
-    def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+    def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
+            debug_buffer: str | os.PathLike | None = None) -> list[torch.Tensor]:
+        """See ``CompiledProgram.run`` (the ETDump's times come from the companion's
+        report)."""
         try:
+            if etdump is not None or debug_buffer is not None:
+                return _record(self._program, inputs, self.report, etdump, debug_buffer)
             return self._program.run(*inputs)
         except HostDataMissingError:
             if self._companion_name is None:
@@ -242,6 +273,38 @@ class LoadedProgram:
         """See ``CompiledProgram.dequantize_outputs`` (uses the report read with the program)."""
         report = self.report
         return dequantize_outputs(report.io if report else {}, outputs)
+
+
+def _record(program, inputs, report, etdump, debug_buffer) -> list[torch.Tensor]:
+    """Run ``program`` writing an ETDump (``devtools.etdump.record_run``)."""
+    if etdump is None:
+        raise ConfigError("debug_buffer= holds the intermediate outputs of an ETDump: give "
+                          "etdump= too")
+    from .devtools.etdump import record_run
+
+    return record_run(program, inputs, report, etdump, debug_buffer)
+
+
+def check_bundled(path_or_bytes, companion=None):
+    """Run a bundled program's (``.bpte``) inputs on the host and compare the outputs with
+    its expected outputs, exactly (``devtools.bundled.BundledCheck``; ``.ok``). The host
+    runs vendor NPU payloads with the program's companion: ``companion``, or the ``.ptd``
+    beside a path."""
+    from .devtools.bundled import check_cases, read_bundled
+
+    if isinstance(path_or_bytes, (str, os.PathLike)):
+        if not Path(path_or_bytes).is_file():
+            raise InvalidProgramError(f"bundled program file {str(path_or_bytes)!r} not found")
+        data = Path(path_or_bytes).read_bytes()
+    else:
+        data = bytes(path_or_bytes)
+    program, cases = read_bundled(data)
+    from .firmware.companion import resolve
+
+    found, name = resolve(path_or_bytes, program, companion)
+    loaded = LoadedProgram(load_program(program, found.host_data if found else None), found,
+                           name)
+    return check_cases(loaded.run, cases)
 
 
 def _report_in_program(program) -> Report | None:
