@@ -13,7 +13,7 @@ import torch
 import mcu_npu
 from executorch.devtools import Inspector
 from mcu_npu.backend import delegate
-from mcu_npu.devtools.npu_ops import identifier
+from mcu_npu.device.npu_ops import identifier
 from mcu_npu.errors import ConfigError
 
 from helpers import MixedNpuCpu, run_cli

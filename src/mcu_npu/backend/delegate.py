@@ -26,7 +26,7 @@ from ..errors import (ConfigError, ConversionError, McuNpuError, NpuCompilerErro
                      PartitionError, first_line)
 from ..npu.compilers import get_compiler
 from ..device.payload import HOST_DATA_TAG, host_graph_key, unpack_reference
-from ..devtools.debug_handles import delegate_debug_map
+from .debug_handles import delegate_debug_map
 from ..targets import NpuKind, get_target
 from ..tflite import convert
 from ..tflite.describe import op_names

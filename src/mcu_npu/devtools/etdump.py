@@ -34,7 +34,7 @@ import torch
 
 from ..errors import McuNpuError
 from ..firmware.files import write_atomic
-from .npu_ops import NpuOp, computes_edge_value, npu_ops
+from ..device.npu_ops import NpuOp, computes_edge_value, npu_ops
 
 RUN_NAME = "forward"
 _ALIGN = 64  # the device runtime's debug buffer alignment

@@ -6,9 +6,9 @@ It holds, as ExecuTorch's own flow records them:
   compute node with its debug handle, the delegated ones included. ``Inspector`` names the
   ETDump's events from it and ``calculate_numeric_gap`` runs it as the reference;
 - the program's debug-handle map (instruction -> handles), its delegate map (per delegate
-  call: backend name and the debug-handle map its ``preprocess`` returned, ``debug_handles``)
-  and each instruction's output count, as ExecuTorch's emitter recorded them while it wrote
-  the device ``.pte`` (``flow.serialize.DebugMaps``);
+  call: backend name and the debug-handle map its ``preprocess`` returned,
+  ``backend.debug_handles``) and each instruction's output count, as ExecuTorch's emitter
+  recorded them while it wrote the device ``.pte`` (``flow.serialize.DebugMaps``);
 - representative inputs (the compile's example inputs) for ``calculate_numeric_gap``.
 
 Nothing of it goes into the device program.

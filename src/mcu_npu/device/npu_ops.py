@@ -1,5 +1,6 @@
-"""The NPU operators of a partition as the debugging tools name them: one per operator of the
-partition's TFLite graph (the graph the NPU compiler compiled and the host emulator runs).
+"""The NPU operators of a partition as ExecuTorch's debugging tools name them: one per
+operator of the partition's TFLite graph (the graph the NPU compiler compiled and the host
+emulator runs).
 
 The backend's ``preprocess`` and the host runtime both read them from the same graph bytes, so
 the identifiers the debug-handle map is keyed by (``#<index>:<OPERATOR>``) are the ones the
@@ -14,7 +15,12 @@ from dataclasses import dataclass
 
 from ai_edge_litert import schema_py_generated as schema
 
-from ..tflite.builder import BUILTIN_NAMES, NUMPY_TYPES
+_BUILTIN_NAMES = {v: k for k, v in vars(schema.BuiltinOperator).items()
+                  if not k.startswith("_")}
+_ITEM_SIZE = {schema.TensorType.INT8: 1, schema.TensorType.UINT8: 1,
+              schema.TensorType.BOOL: 1, schema.TensorType.INT16: 2,
+              schema.TensorType.FLOAT16: 2, schema.TensorType.INT32: 4,
+              schema.TensorType.FLOAT32: 4, schema.TensorType.INT64: 8}
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,7 @@ def npu_ops(tflite: bytes) -> list[NpuOp]:
     for k, op in enumerate(graph.operators):
         code = model.operatorCodes[op.opcodeIndex]
         builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-        name = code.customCode.decode() if code.customCode else BUILTIN_NAMES[builtin]
+        name = code.customCode.decode() if code.customCode else _BUILTIN_NAMES[builtin]
         ins = [graph.tensors[i] for i in op.inputs if i >= 0]
         outs = [graph.tensors[i] for i in op.outputs]
         ops.append(NpuOp(k, name, tuple(t.name.decode() for t in outs),
@@ -66,8 +72,7 @@ def _shape(t) -> list[int]:
 
 
 def _nbytes(t) -> int:
-    dtype = NUMPY_TYPES.get(t.type)
-    return math.prod(_shape(t)) * (dtype.itemsize if dtype is not None else 1)
+    return math.prod(_shape(t)) * _ITEM_SIZE.get(t.type, 1)
 
 
 def _macs(name: str, ins, outs) -> int:

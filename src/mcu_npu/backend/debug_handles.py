@@ -21,7 +21,7 @@ from executorch.exir.backend.utils import DelegateMappingBuilder
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .npu_ops import computes_edge_value, npu_ops
+from ..device.npu_ops import computes_edge_value, npu_ops
 
 
 def delegate_debug_map(partition: ExportedProgram, tflite: bytes,
