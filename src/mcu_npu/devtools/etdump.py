@@ -56,10 +56,9 @@ class Timing:
     """Per-instruction time estimates (ns) from a report's latency rows, matched to the
     program's instructions in order."""
 
-    def __init__(self, report, plan):
+    def __init__(self, report):
         latency = (report.latency if report is not None else None) or {}
         rows = latency.get("rows", [])
-        self.basis = latency.get("method", "")
         self.cpu = [r for r in rows if not r["node"].startswith("npu partition")]
         self.npu = {}
         self.io = {}
@@ -99,11 +98,15 @@ class Timing:
         """``total`` ns over ``ops`` in proportion to each operator's bound."""
         from ..report.latency import NPU_BANDWIDTH
 
-        if self.target is None or not ops or total == 0:
+        if not ops or total == 0:
             return [0] * len(ops)
-        npu = self.target.npu
-        bandwidth = NPU_BANDWIDTH.get(npu.kind, (8, ""))[0]
-        bounds = [max(op.macs / npu.macs_per_cycle, op.nbytes / bandwidth, 1.0) for op in ops]
+        if self.target is None:  # no NPU figures: MACs and bytes weigh alike
+            bounds = [max(op.macs, op.nbytes, 1) for op in ops]
+        else:
+            npu = self.target.npu
+            bandwidth = NPU_BANDWIDTH.get(npu.kind, (8, ""))[0]
+            bounds = [max(op.macs / npu.macs_per_cycle, op.nbytes / bandwidth, 1.0)
+                      for op in ops]
         scale = total / sum(bounds)
         times = [int(b * scale) for b in bounds]
         times[-1] += total - sum(times)
@@ -128,8 +131,8 @@ class Recorder:
     """The observer the host runtime calls after each instruction (``runtime.pte``); it
     collects the run's events. ``intermediates``: also record output tensors."""
 
-    def __init__(self, report, plan, named_data: dict[str, bytes], intermediates: bool):
-        self.timing = Timing(report, plan)
+    def __init__(self, report, named_data: dict[str, bytes], intermediates: bool):
+        self.timing = Timing(report)
         self.named_data = named_data
         self.intermediates = intermediates
         self.events: list[_Event] = []
@@ -263,8 +266,7 @@ def record_run(program, inputs, report, etdump: str | os.PathLike,
     ``etdump`` and, given ``debug_buffer``, the output tensors to it; returns the outputs."""
     from ..runtime.npu_emulator import recording_tensors
 
-    plan = program._plan(method)
-    recorder = Recorder(report, plan, program.named_data, debug_buffer is not None)
+    recorder = Recorder(report, program.named_data, debug_buffer is not None)
     recording = recording_tensors() if debug_buffer is not None else contextlib.nullcontext([])
     with recording as calls:
         recorder.npu_calls = calls
