@@ -287,24 +287,12 @@ def _record(program, inputs, report, etdump, debug_buffer) -> list[torch.Tensor]
 
 def check_bundled(path_or_bytes, companion=None):
     """Run a bundled program's (``.bpte``) inputs on the host and compare the outputs with
-    its expected outputs, exactly (``devtools.bundled.BundledCheck``; ``.ok``). The host
-    runs vendor NPU payloads with the program's companion: ``companion``, or the ``.ptd``
-    beside a path."""
-    from .devtools.bundled import check_cases, read_bundled
+    its expected outputs, exactly (``devtools.bundled.check_file``; ``.ok``). The host runs
+    vendor NPU payloads with the program's companion: ``companion``, or the ``.ptd`` beside
+    a path."""
+    from .devtools.bundled import check_file
 
-    if isinstance(path_or_bytes, (str, os.PathLike)):
-        if not Path(path_or_bytes).is_file():
-            raise InvalidProgramError(f"bundled program file {str(path_or_bytes)!r} not found")
-        data = Path(path_or_bytes).read_bytes()
-    else:
-        data = bytes(path_or_bytes)
-    program, cases = read_bundled(data)
-    from .firmware.companion import resolve
-
-    found, name = resolve(path_or_bytes, program, companion)
-    loaded = LoadedProgram(load_program(program, found.host_data if found else None), found,
-                           name)
-    return check_cases(loaded.run, cases)
+    return check_file(path_or_bytes, companion)
 
 
 def _report_in_program(program) -> Report | None:

@@ -12,7 +12,7 @@ from executorch.devtools.etrecord import parse_etrecord
 from executorch.devtools.bundled_program.serialize import \
     deserialize_from_flatbuffer_to_bundled_program
 from mcu_npu.devtools.bundled import bundled_bytes, read_bundled
-from mcu_npu.errors import InputError, InvalidProgramError
+from mcu_npu.errors import HostDataMissingError, InputError, InvalidProgramError
 
 from conftest import ONE_COMPILE_PER_TARGET, samples
 from helpers import run_cli
@@ -77,6 +77,14 @@ def test_host_check_passes_then_catches_a_corrupted_expected_output(ds_cnn_debug
     assert run_cli("check", tmp_path / "m.bpte", "--bundled").returncode == 0
     failed = run_cli("check", tmp_path / "bad.bpte", "--bundled")
     assert failed.returncode == 1 and "case 1: MISMATCH" in failed.stdout
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "m.bpte").write_bytes((tmp_path / "m.bpte").read_bytes())
+    if ds_cnn_debug.target == "corstone-300":  # Vela microcode: the host needs the .ptd
+        with pytest.raises(HostDataMissingError, match="companion file"):
+            mcu_npu.check_bundled(alone / "m.bpte")
+    else:  # the reference payload is the graph itself
+        assert mcu_npu.check_bundled(alone / "m.bpte").ok
     not_bundled = run_cli("check", pte, "--bundled")
     assert not_bundled.returncode == 2
     assert not_bundled.stderr.startswith("mcu-npu: error: not a bundled program")

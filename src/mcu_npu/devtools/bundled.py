@@ -186,6 +186,30 @@ def _tensor(t) -> torch.Tensor:
     return physical.permute([order.index(d) for d in range(len(order))]).contiguous()
 
 
+def check_file(path_or_bytes, companion=None) -> BundledCheck:
+    """``check_cases`` on a ``.bpte`` (a path or its bytes), its program run on the host with
+    its companion (``companion``, or the ``.ptd`` beside a path)."""
+    from ..errors import HostDataMissingError
+    from ..firmware.companion import resolve
+    from ..runtime import load_program
+
+    if isinstance(path_or_bytes, (str, os.PathLike)):
+        if not Path(path_or_bytes).is_file():
+            raise InvalidProgramError(f"bundled program file {str(path_or_bytes)!r} not found")
+        data = Path(path_or_bytes).read_bytes()
+    else:
+        data = bytes(path_or_bytes)
+    program, cases = read_bundled(data)
+    found, name = resolve(path_or_bytes, program, companion)
+    runtime = load_program(program, found.host_data if found is not None else None)
+    try:
+        return check_cases(runtime.run, cases)
+    except HostDataMissingError:
+        raise HostDataMissingError(
+            f"running this bundled program on the host needs its program's companion file "
+            f"{name or '(none given)'} (the .ptd written beside the .pte), not found") from None
+
+
 def check_cases(run, cases) -> BundledCheck:
     """Run every case's inputs with ``run`` and compare with its expected outputs exactly."""
     results = []
