@@ -12,7 +12,10 @@ from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.graph.ids import tag_nodes
 from mcu_npu.quantization import NeutronQuantizer, quantize
 from mcu_npu.targets import get_target
+
 from mcu_npu.upstream.export_in_place import export_in_place
+
+from helpers import value_layout
 
 from test_edge_dialect import Scalars, TinyGRU, Views
 
@@ -56,20 +59,13 @@ def _structure(ep):
     nodes = list(ep.graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
 
-    def layout(v):
-        if isinstance(v, torch.Tensor):
-            return tuple(v.shape), v.dtype, v.stride()
-        if isinstance(v, (tuple, list)):
-            return tuple(layout(x) for x in v)
-        return type(v).__name__
-
     def carried(n):  # what export carries over from the node it traced
         return {k: str(n.meta.get(k)) for k in ("custom", "stack_trace")} \
             if n.op == "call_function" else None
 
     rows = [(n.op, n.name, str(n.target),
              str(torch.fx.node.map_arg((n.args, n.kwargs), index.__getitem__)),
-             layout(n.meta.get("val")), carried(n)) for n in nodes]
+             value_layout(n.meta.get("val")), carried(n)) for n in nodes]
     sig = ep.graph_signature
     return (rows, [(s.kind, s.arg.name, s.target, s.persistent) for s in sig.input_specs],
             [(s.kind, s.arg.name, s.target) for s in sig.output_specs],
