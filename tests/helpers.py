@@ -258,3 +258,12 @@ def run_cli(*args, cwd=None, in_process: bool = True) -> subprocess.CompletedPro
         for name, level in loggers.items():
             logging.getLogger(name).setLevel(level)
     return subprocess.CompletedProcess(["mcu-npu", *args], code, out.getvalue(), err.getvalue())
+
+
+def value_layout(v):
+    """A node value's shape, dtype and strides (nested for tuples), or its type's name."""
+    if isinstance(v, torch.Tensor):
+        return tuple(v.shape), v.dtype, v.stride()
+    if isinstance(v, (tuple, list)):
+        return tuple(value_layout(x) for x in v)
+    return type(v).__name__

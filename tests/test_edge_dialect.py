@@ -17,6 +17,8 @@ from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.quantization import NeutronQuantizer, quantize
 from mcu_npu.targets import get_target
 
+from helpers import value_layout
+
 
 class Views(nn.Module):
     """Strided views (permute, transpose, select, slice) feeding elementwise ops, so a copy's
@@ -80,16 +82,9 @@ def _structure(edge):
     nodes = list(ep.graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
 
-    def layout(v):
-        if isinstance(v, torch.Tensor):
-            return tuple(v.shape), v.dtype, v.stride()
-        if isinstance(v, (tuple, list)):
-            return tuple(layout(x) for x in v)
-        return type(v).__name__
-
     rows = [(n.op, n.name, str(n.target),
              str(torch.fx.node.map_arg((n.args, n.kwargs), index.__getitem__)),
-             layout(n.meta.get("val")), n.meta.get("debug_handle")) for n in nodes]
+             value_layout(n.meta.get("val")), n.meta.get("debug_handle")) for n in nodes]
     sig = ep.graph_signature
     return (rows, [(str(s.kind), s.target) for s in sig.input_specs],
             [(str(s.kind), s.target) for s in sig.output_specs], sorted(ep.state_dict),

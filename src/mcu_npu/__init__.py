@@ -15,7 +15,7 @@ from .targets import get_target, targets
 
 def __getattr__(name):
     """Heavy entry points load on first use so `import mcu_npu` stays quick."""
-    if name in ("compile", "load", "CompiledProgram", "Report"):
+    if name in ("compile", "load", "CompiledProgram", "Report", "check_bundled"):
         from . import api, report
 
         return getattr(api, name, None) or getattr(report, name)
@@ -29,7 +29,7 @@ def __getattr__(name):
 from .version import __version__  # noqa: E402,F401
 
 __all__ = [
-    "compile", "load", "CompiledProgram", "Report", "AutoPrecision", "targets", "get_target",
+    "compile", "load", "CompiledProgram", "Report", "AutoPrecision", "check_bundled", "targets", "get_target",
     "McuNpuError", "ConfigError", "ConversionError", "InputError", "InvalidProgramError",
     "MemoryFitError", "NpuCompilerError", "UnsupportedModelError",
 ]

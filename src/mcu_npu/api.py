@@ -53,15 +53,38 @@ class CompiledProgram:
                             host_run(self.run, self.report.io), samples)
 
     def save_c_header(self, path: str | os.PathLike, *, name: str = "model_pte",
-                      section: str | None = "auto") -> Path:
+                      section: str | None = "auto", bundled_inputs=None) -> Path:
         """Write the ``.pte`` as a C header for firmware (``mcu_npu.firmware.c_header``): a 16-byte
         aligned ``const uint8_t name[]`` in linker section ``section`` ("auto": the one of
         the memory region the program is placed in, ``.<region>.<name>``; None: no section
         attribute), with ``#define``s for the memory pools, the regions each must live in
-        and the program's I/O."""
+        and the program's I/O. With ``bundled_inputs`` (as for ``save_bundled``) the array
+        holds the bundled program instead, with its tolerance as ``#define``s."""
         from .firmware.c_header import write_c_header
 
-        return write_c_header(path, self.buffer, self.report, name=name, section=section)
+        bundled = None
+        if bundled_inputs is not None:
+            from .devtools.bundled import bundle
+
+            bundled = bundle(self._runtime(), self.buffer, bundled_inputs)
+        return write_c_header(path, self.buffer, self.report, name=name, section=section,
+                              bundled=bundled)
+
+    def save_bundled(self, path: str | os.PathLike, inputs):
+        """Write a bundled program (``.bpte``, ``devtools.bundled``): the ``.pte`` with
+        ``inputs`` (a list of input tuples, or of tensors for a one-input model) as test
+        cases and the host run's outputs for them as the expected outputs, which firmware
+        checks with ExecuTorch's ``verify_method_outputs``. Returns the ``Bundle``; its
+        ``tolerance`` is what the board's outputs may differ by."""
+        from .devtools.bundled import write_bundled
+
+        return write_bundled(path, self._runtime(), self.buffer, inputs)
+
+    def _runtime(self):
+        """The host runtime's program (``runtime.Program``) of ``buffer``."""
+        if self._program is None:
+            self._program = LoadedProgram(load_program(self.buffer, self.host_data))
+        return self._program._program
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the device program to ``path`` and its companion beside it
@@ -73,13 +96,19 @@ class CompiledProgram:
         write_atomic(companion_path(path), companion)
         return written
 
-    def run(self, *inputs: torch.Tensor, runtime: str = "host") -> list[torch.Tensor]:
+    def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
+            debug_buffer: str | os.PathLike | None = None,
+            runtime: str = "host") -> list[torch.Tensor]:
         """Execute the ``.pte``; with ``io="int8"`` it takes and returns int8 tensors (see
-        ``quantize_inputs`` / ``dequantize_outputs``). ``runtime``: ``"host"`` (the project's
-        Python runtime) or ``"executorch"`` (ExecuTorch's own C++ runtime, with the NPU
-        backends' data movement done as on the device; needs a C++ compiler)."""
-        if self._program is None:
-            self._program = LoadedProgram(load_program(self.buffer, self.host_data))
+        ``quantize_inputs`` / ``dequantize_outputs``). ``etdump``: write the run's ETDump
+        there (``devtools.etdump``), and with ``debug_buffer`` its intermediate outputs.
+        ``runtime``: ``"host"`` (the project's Python runtime) or ``"executorch"``
+        (ExecuTorch's own C++ runtime, with the NPU backends' data movement done as on the
+        device; needs a C++ compiler)."""
+        self._runtime()
+        if etdump is not None or debug_buffer is not None:
+            _records_the_host(runtime)
+            return _record(self._program._program, inputs, self.report, etdump, debug_buffer)
         return self._program.run(*inputs, runtime=runtime)
 
     def save_selected_ops(self, path: str | os.PathLike,
@@ -117,6 +146,7 @@ def compile(
     accuracy_samples=None,
     precision=None,
     memory: str = "auto",
+    etrecord: str | os.PathLike | None = None,
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -148,8 +178,14 @@ def compile(
     place from flash or off-chip memory), ``"sram"`` (the whole program in SRAM),
     ``"dedicated-sram"`` (Ethos-U65/U85: program and arena off-chip, the NPU's SRAM their
     cache), or ``"auto"`` (the default): the fastest of these whose program fits the
-    target's memory map (``flow.memory``; ``report.placement`` says why)."""
+    target's memory map (``flow.memory``; ``report.placement`` says why).
+
+    ``etrecord`` names a file to write the compile's ETRecord to, for ExecuTorch's
+    ``Inspector`` (``docs/debugging.md``); the device program is the same without it."""
     request = parse_precision(precision)
+    if isinstance(request, AutoPrecision) and etrecord is not None:
+        raise ConfigError("etrecord= is not available with precision='auto': compile with "
+                          "the precision the search chose (report.precision) to record it")
     if isinstance(request, AutoPrecision):
         from .flow.auto_precision import search
 
@@ -162,13 +198,20 @@ def compile(
     with stage("compiling the model"):  # any failure the stages below do not name
         return _compile(model, example_inputs, target, calibration, npu_compiler,
                         operators_not_to_delegate, progress, train_fn, io, deployable, strict,
-                        accuracy_samples, request, memory=memory)
+                        accuracy_samples, request, memory=memory, etrecord=etrecord)
 
 
-def _compile(*args, **kwargs) -> CompiledProgram:
+def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
     """The compile flow (``flow.run.compile_program``, same arguments) as a
-    ``CompiledProgram``; warnings point at the call of ``compile``."""
-    c = compile_program(*args, **kwargs, stacklevel=3)
+    ``CompiledProgram``, with its ETRecord written to ``etrecord`` when given; warnings
+    point at the call of ``compile``."""
+    c = compile_program(*args, **kwargs, stacklevel=3, keep_edges=etrecord is not None)
+    if etrecord is not None:
+        from .devtools.etrecord import write_etrecord
+
+        example = args[1]
+        write_etrecord(etrecord, *c.edges,
+                       (example,) if isinstance(example, torch.Tensor) else tuple(example))
     return CompiledProgram(c.buffer, c.report, c.reference, _program=LoadedProgram(c.program),
                            float_model=c.float_model, host_data=c.host_data)
 
@@ -187,11 +230,17 @@ class LoadedProgram:
         """The companion read with the program (``firmware.companion.Companion``), or None."""
         return self._companion
 
-    def run(self, *inputs: torch.Tensor, runtime: str = "host") -> list[torch.Tensor]:
-        """Execute the ``.pte`` in ``runtime`` (see ``CompiledProgram.run``)."""
+    def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
+            debug_buffer: str | os.PathLike | None = None,
+            runtime: str = "host") -> list[torch.Tensor]:
+        """See ``CompiledProgram.run`` (the ETDump's times come from the companion's
+        report)."""
         from .runtime.executorch import run_with
 
         try:
+            if etdump is not None or debug_buffer is not None:
+                _records_the_host(runtime)
+                return _record(self._program, inputs, self.report, etdump, debug_buffer)
             return run_with(runtime, self._program, inputs)
         except HostDataMissingError:
             if self._companion_name is None:
@@ -233,6 +282,32 @@ class LoadedProgram:
         """See ``CompiledProgram.dequantize_outputs`` (uses the report read with the program)."""
         report = self.report
         return dequantize_outputs(report.io if report else {}, outputs)
+
+
+def _records_the_host(runtime: str) -> None:
+    if runtime != "host":
+        raise ConfigError(f"etdump= records a run of the host runtime, not of runtime "
+                          f"{runtime!r}: leave runtime at 'host'")
+
+
+def _record(program, inputs, report, etdump, debug_buffer) -> list[torch.Tensor]:
+    """Run ``program`` writing an ETDump (``devtools.etdump.record_run``)."""
+    if etdump is None:
+        raise ConfigError("debug_buffer= holds the intermediate outputs of an ETDump: give "
+                          "etdump= too")
+    from .devtools.etdump import record_run
+
+    return record_run(program, inputs, report, etdump, debug_buffer)
+
+
+def check_bundled(path_or_bytes, companion=None):
+    """Run a bundled program's (``.bpte``) inputs on the host and compare the outputs with
+    its expected outputs, exactly (``devtools.bundled.check_file``; ``.ok``). The host runs
+    vendor NPU payloads with the program's companion: ``companion``, or the ``.ptd`` beside
+    a path."""
+    from .devtools.bundled import check_file
+
+    return check_file(path_or_bytes, companion)
 
 
 def _report_in_program(program) -> Report | None:

@@ -74,7 +74,8 @@ def load_model_spec(spec: str):
     return model, inputs, result[2] if len(result) == 3 else None
 
 
-def load_calibration(path: str, example_inputs: tuple) -> list[tuple]:
+def load_calibration(path: str, example_inputs: tuple, what: str = "calibration") \
+        -> list[tuple]:
     """An .npz with one array per model input (in order), each [N, *input shape]."""
     import numpy as np
     import torch
@@ -82,22 +83,22 @@ def load_calibration(path: str, example_inputs: tuple) -> list[tuple]:
     from .errors import ConfigError
 
     if not Path(path).is_file():
-        raise ConfigError(f"calibration file {path!r} not found")
+        raise ConfigError(f"{what} file {path!r} not found")
     try:
         data = np.load(path)
         arrays = [data[k] for k in data.files] if hasattr(data, "files") else [data]
     except Exception as exc:
-        raise ConfigError(f"cannot read calibration file {path!r}: {_first_line(exc)}") from exc
+        raise ConfigError(f"cannot read {what} file {path!r}: {_first_line(exc)}") from exc
     if len(arrays) != len(example_inputs):
-        raise ConfigError(f"calibration file has {len(arrays)} arrays but the model takes "
+        raise ConfigError(f"{what} file has {len(arrays)} arrays but the model takes "
                           f"{len(example_inputs)} inputs")
     for i, (a, e) in enumerate(zip(arrays, example_inputs)):
         if tuple(a.shape[1:]) != tuple(e.shape):
-            raise ConfigError(f"calibration array {i} has shape {tuple(a.shape)}; expected "
+            raise ConfigError(f"{what} array {i} has shape {tuple(a.shape)}; expected "
                               f"(N, {', '.join(map(str, e.shape))}) to match input {i}")
     n = len(arrays[0])
     if any(len(a) != n for a in arrays):
-        raise ConfigError("calibration arrays hold different numbers of samples")
+        raise ConfigError(f"{what} arrays hold different numbers of samples")
     return [tuple(torch.from_numpy(np.ascontiguousarray(a[k])).to(e.dtype)
                   for a, e in zip(arrays, example_inputs)) for k in range(n)]
 
@@ -135,12 +136,18 @@ def cmd_compile(args) -> int:
     check_memory(args.memory, get_target(args.target))
     precision = precision_arg(args)
     from . import api
+    from .errors import ConfigError
 
     model, inputs, calibration = load_model_spec(args.model)
     if args.calibration:
         calibration = load_calibration(args.calibration, inputs)
     accuracy = load_calibration(args.accuracy_samples, inputs) if args.accuracy_samples \
         else None
+    bundled = load_calibration(args.bundled, inputs, "bundled inputs") if args.bundled \
+        else None
+    if args.c_header_bundled and not (args.bundled and args.c_header):
+        raise ConfigError("--c-header-bundled puts the bundled program in the C header: give "
+                          "--bundled INPUTS.npz and --c-header FILE too")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         prog = api.compile(model, inputs, target=args.target, calibration=calibration,
@@ -148,7 +155,7 @@ def cmd_compile(args) -> int:
                            operators_not_to_delegate=args.exclude or (), progress=None,
                            io=args.io, deployable=args.require_deployable,
                            strict=args.strict, accuracy_samples=accuracy,
-                           precision=precision, memory=args.memory)
+                           precision=precision, memory=args.memory, etrecord=args.etrecord)
     for w in caught:
         if issubclass(w.category, UserWarning) and "mcu_npu" in (w.filename or ""):
             print(f"mcu-npu: warning: {w.message}", file=sys.stderr)
@@ -164,9 +171,20 @@ def cmd_compile(args) -> int:
     if args.ops_yaml:
         prog.save_selected_ops(args.ops_yaml, pte_path=args.output)
         print(f"wrote {args.ops_yaml} (ExecuTorch selected operators)")
+    if args.etrecord:
+        print(f"wrote {args.etrecord} (ETRecord, for ExecuTorch's Inspector)")
+    if bundled is not None:
+        bundled = [prog.quantize_inputs(*case) for case in bundled]  # as the program takes them
+        bpte = Path(args.output).with_suffix(".bpte")
+        made = prog.save_bundled(bpte, bundled)
+        print(f"wrote {bpte} (bundled program: {made.cases} test cases; a board's outputs may "
+              f"differ by atol {made.tolerance.atol:g}, rtol {made.tolerance.rtol:g}: "
+              f"{made.tolerance.basis})")
     if args.c_header:
-        prog.save_c_header(args.c_header, section=args.c_section or None)
-        print(f"wrote {args.c_header} (the .pte as a C array, pool sizes, I/O)")
+        prog.save_c_header(args.c_header, section=args.c_section or None,
+                           bundled_inputs=bundled if args.c_header_bundled else None)
+        what = "the .bpte" if args.c_header_bundled else "the .pte"
+        print(f"wrote {args.c_header} ({what} as a C array, pool sizes, I/O)")
     return 0
 
 
@@ -186,7 +204,9 @@ def cmd_run(args) -> int:
             inputs.append(torch.from_numpy(np.load(path)))
         except Exception as exc:
             raise ConfigError(f"cannot read input {path!r}: {_first_line(exc)}") from exc
-    outputs = [o.numpy() for o in prog.run(*inputs, runtime=args.runtime)]
+    outputs = [o.numpy() for o in prog.run(*inputs, etdump=args.etdump,
+                                           debug_buffer=args.debug_buffer,
+                                           runtime=args.runtime)]
     for i, o in enumerate(outputs):
         flat = o.reshape(-1)
         preview = np.array2string(flat[:8], precision=4, separator=", ")
@@ -196,6 +216,10 @@ def cmd_run(args) -> int:
     if args.output:
         _save_outputs(args.output, outputs)
         print(f"wrote {args.output}")
+    if args.etdump:
+        print(f"wrote {args.etdump} (ETDump; times are the latency model's estimates)")
+    if args.debug_buffer:
+        print(f"wrote {args.debug_buffer} (the ETDump's intermediate outputs)")
     return 0
 
 
@@ -239,7 +263,17 @@ def cmd_report(args) -> int:
 
 
 def cmd_check(args) -> int:
+    from .errors import ConfigError
     from .firmware.check import check_program
+
+    if args.bundled:
+        from . import api
+
+        result = api.check_bundled(args.program, companion=args.companion)
+        print(result)
+        return 0 if result.ok else 1
+    if args.target is None:
+        raise ConfigError("check needs --target T (or --bundled to run a .bpte's test cases)")
 
     problems = check_program(args.program, args.target, args.companion)
     for p in problems:
@@ -275,6 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "fits the target's memory map), flash (weights read in place), sram, "
                         "or dedicated-sram (Ethos-U65/U85)")
     c.add_argument("-o", "--output", required=True, help="the .pte to write")
+    c.add_argument("--etrecord", metavar="FILE",
+                   help="also write the compile's ETRecord (for ExecuTorch's Inspector)")
+    c.add_argument("--bundled", metavar="INPUTS.npz",
+                   help="also write OUTPUT with suffix .bpte: a bundled program with these "
+                   "inputs (one [N, *shape] array per model input) and the host's outputs")
+    c.add_argument("--c-header-bundled", action="store_true",
+                   help="the --c-header array holds the --bundled program instead of the .pte")
     c.add_argument("--require-deployable", action="store_true",
                    help="fail (no output) unless the program can run on the board: no "
                         "host-only NPU payloads, a kernel for every operator")
@@ -316,6 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--companion", metavar="PTD", help=companion_help)
     r.add_argument("--input", action="append", required=True, help=".npy per input, in order")
     r.add_argument("--output", help=".npy (one output) or .npz to save the outputs to")
+    r.add_argument("--etdump", metavar="FILE",
+                   help="write the run's ETDump (for ExecuTorch's Inspector) to FILE")
+    r.add_argument("--debug-buffer", metavar="FILE",
+                   help="with --etdump: write the intermediate outputs to FILE")
     r.add_argument("--runtime", choices=("host", "executorch"), default="host",
                    help="host: mcu-npu's Python runtime (default); executorch: ExecuTorch's "
                         "own C++ runtime, the NPU backends moving data as on the device (built "
@@ -333,7 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "target's board; one line per problem, exit 1 when any")
     ck.add_argument("program")
     ck.add_argument("--companion", metavar="PTD", help=companion_help)
-    ck.add_argument("--target", required=True, help="target preset (see `mcu-npu targets`)")
+    ck.add_argument("--target", help="target preset (see `mcu-npu targets`)")
+    ck.add_argument("--bundled", action="store_true",
+                    help="PROGRAM is a bundled program (.bpte): run its test inputs on the host "
+                    "and compare with its expected outputs; exit 1 on a mismatch")
     ck.set_defaults(func=cmd_check)
     t = sub.add_parser("targets", help="list the target presets")
     t.set_defaults(func=cmd_targets)

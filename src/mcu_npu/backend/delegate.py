@@ -25,7 +25,8 @@ from .compile_spec import NpuCompileSpec
 from ..errors import (ConfigError, ConversionError, McuNpuError, NpuCompilerError,
                      PartitionError, first_line)
 from ..npu.compilers import get_compiler
-from ..device.payload import HOST_DATA_TAG, host_graph_key
+from ..device.payload import HOST_DATA_TAG, host_graph_key, unpack_reference
+from .debug_handles import delegate_debug_map
 from ..targets import NpuKind, get_target
 from ..tflite import convert
 from ..tflite.describe import op_names
@@ -51,6 +52,8 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
         "tflite_ops": op_names(model.buffer),
         "tflite_bytes": len(model.buffer),
     }
+    debug_map = delegate_debug_map(edge_program, host_graph_of(artifact).buffer,
+                                   model.op_origins, compute_nodes(edge_program))
     store = None
     if artifact.host_graph is not None:
         named = NamedDataStore()
@@ -58,7 +61,14 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
                              artifact.host_graph, external_tag=HOST_DATA_TAG)
         store = named.get_named_data_store_output()
     return PreprocessResult(processed_bytes=artifact.payload, data_store_output=store,
-                            _delegate_info_meta=info)
+                            debug_handle_map=debug_map, _delegate_info_meta=info)
+
+
+def host_graph_of(artifact):
+    """The TFLite graph behind an NPU artifact: the kept host graph, or the payload itself
+    (a reference payload)."""
+    return unpack_reference(artifact.host_graph if artifact.host_graph is not None
+                            else artifact.payload)[0]
 
 
 class McuNpuNeutronBackend(BackendDetails):
@@ -138,8 +148,8 @@ def keep_interfaces_only(exported_program: ExportedProgram) -> None:
     After delegation ExecuTorch runs that graph on fake tensors whenever a pass meets the
     delegate call (shape propagation, every pass of ``to_executorch``) and deep-copies it
     with the program; for an unrolled recurrent network that is thousands of nodes each
-    time. The payload is already built, so only the interface matters. What is lost is the
-    delegate's debug-handle map (per-op profiling inside the NPU call).
+    time. The payload is already built, so only the interface matters. The delegate's
+    debug-handle map stays: it is the lowered module's metadata, not its graph's.
     """
     for module in exported_program.graph_module.modules():
         if not isinstance(module, LoweredBackendModule):

@@ -30,6 +30,10 @@ Defines, prefixed with the array name in capitals (``MODEL_PTE_``):
   ``ScalarType`` code), and for int8 I/O (``compile(io="int8")``) ``_SCALE``,
   ``_ZERO_POINT``, ``_QUANT_MIN``, ``_QUANT_MAX``.
 
+With ``bundled``, the array is the bundled program (``.bpte``, ``devtools.bundled``) and
+``BUNDLED``, ``BUNDLED_TEST_CASES``, ``BUNDLED_ATOL`` and ``BUNDLED_RTOL`` (the arguments of
+``verify_method_outputs``) are defined.
+
 Figures are for the program's default method ("forward" when it has one).
 """
 
@@ -159,8 +163,10 @@ def _io_defines(prefix: str, program, report) -> list[str]:
 
 
 def header_text(buffer: bytes, report=None, *, name: str = "model_pte",
-                section: str | None = AUTO_SECTION) -> str:
-    """The header's text (see the module docstring)."""
+                section: str | None = AUTO_SECTION, bundled=None) -> str:
+    """The header's text (see the module docstring). ``bundled``: a
+    ``devtools.bundled.Bundle`` of this program, which the array then holds instead of the
+    ``.pte``, with its test-case count and tolerance as ``#define``s."""
     from ..report.memory import program_figures
     from ..runtime.pte import Program
 
@@ -179,9 +185,12 @@ def header_text(buffer: bytes, report=None, *, name: str = "model_pte",
     scratch = -(-ram["npu_scratch"] // 16) * 16
     target = getattr(report, "target", None) if report is not None else None
     attributes = "aligned(16)" + (f', section("{section}")' if section else "")
+    array = bytes(bundled.data) if bundled is not None else buffer
     head = [
         f"/* The ExecuTorch program {name}" + (f" for {target}" if target else "") +
-        f": {len(buffer)} bytes, and the sizes its firmware must provide.",
+        (" as a bundled program (.bpte: the .pte with test inputs and expected outputs)"
+         if bundled is not None else "") +
+        f": {len(array)} bytes, and the sizes its firmware must provide.",
         " * Written by mcu-npu. Include in exactly one .c file; elsewhere declare",
         f" * extern const uint8_t {name}[]; */",
         f"#ifndef {guard}",
@@ -190,7 +199,8 @@ def header_text(buffer: bytes, report=None, *, name: str = "model_pte",
         "#include <stddef.h>",
         "#include <stdint.h>",
         "",
-        f"#define {prefix}_SIZE {len(buffer)}u",
+        f"#define {prefix}_SIZE {len(array)}u",
+        *(bundled.defines(prefix) if bundled is not None else ()),
         "/* method allocator: estimate of Method::load's allocations (values, tensor",
         f" * metadata, instructions, delegates: {ram['method_allocator']} bytes) plus "
         "25%; planned buffers not included */",
@@ -212,14 +222,14 @@ def header_text(buffer: bytes, report=None, *, name: str = "model_pte",
         f"const uint8_t {name}[] __attribute__(({attributes})) = {{",
     ]
     tail = ["};", "", f"#endif /* {guard} */", ""]
-    return "\n".join(head + _array_lines(buffer) + tail)
+    return "\n".join(head + _array_lines(array) + tail)
 
 
 def write_c_header(path, buffer: bytes, report, *, name: str = "model_pte",
-                   section: str | None = AUTO_SECTION) -> Path:
+                   section: str | None = AUTO_SECTION, bundled=None) -> Path:
     """Write the ``.pte`` ``buffer`` as a C header at ``path`` (atomically); returns the
     path. ``name``: the array (a C identifier, ConfigError otherwise); ``section``: its
     linker section ("auto": the placement's region, ``section_for``; None: no section
     attribute)."""
-    text = header_text(buffer, report, name=name, section=section)
+    text = header_text(buffer, report, name=name, section=section, bundled=bundled)
     return write_atomic(os.fspath(path), text.encode("ascii"))

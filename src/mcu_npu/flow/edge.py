@@ -12,6 +12,7 @@ from torch.fx import GraphModule
 from ..tflite.registry import PRESERVED_ATEN_OPS
 from ..upstream.decompose_in_place import decompose_in_place
 from ..upstream.edge_dialect import to_edge_in_place
+from ..upstream.export_in_place import export_in_place
 from ..upstream.patches import edge_program_from_core_aten
 
 TO_EDGE = "converting the quantized model to the Edge dialect"
@@ -37,13 +38,16 @@ def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgra
 
 def core_aten_program(reference: GraphModule, example_inputs: tuple,
                       config: EdgeCompileConfig) -> torch.export.ExportedProgram:
-    """``reference`` exported and decomposed as ``to_edge`` would, but re-traced only if an
+    """``reference`` exported (in place where that gives what export would:
+    ``upstream.export_in_place``) and decomposed as ``to_edge`` would, but re-traced only if an
     op needs more than a one-node rewrite (``upstream.decompose_in_place``). Unrolled
     recurrent graphs hold thousands of nodes, so node
     provenance (``from_node``, which every re-trace deep-copies and extends) is dropped."""
     _drop_provenance(reference.graph)
-    ep = torch.export.export(reference, tuple(example_inputs))
-    _drop_provenance(ep.graph)
+    ep = export_in_place(reference, tuple(example_inputs))
+    if ep is None:
+        ep = torch.export.export(reference, tuple(example_inputs))
+        _drop_provenance(ep.graph)
     decompose_in_place(ep, config.preserve_ops)
     table = _default_decomposition_table()
     for op in config.preserve_ops:

@@ -33,7 +33,7 @@ from ..targets import Target
 from .int8_io import int8_io
 from .lower import lower
 from .report import write_report
-from .serialize import to_executorch
+from .serialize import serialize
 
 
 @dataclass
@@ -48,6 +48,8 @@ class Lowered:
     buffer: bytes
     host_data: dict[str, bytes]
     memory: dict
+    debug: object = None
+    """The emitter's debug maps (``serialize.DebugMaps``), for an ETRecord."""
 
     @property
     def fits(self) -> bool:
@@ -78,10 +80,10 @@ def lower_placed(edge, decided: Plan, target: Target, io: str, precision, choice
     edge, decided = lower(edge, replace(decided, target=target), target)
     edge, io_params = int8_io(edge, io)
     report = write_report(decided, edge, target, io_params, precision, choice)
-    buffer, host_data = to_executorch(edge)
+    buffer, host_data, debug = serialize(edge)
     with stage("checking the program against the target's memory"):
         memory = memory_report(buffer, target, report)
-    return Lowered(target, edge, decided, report, buffer, host_data, memory)
+    return Lowered(target, edge, decided, report, buffer, host_data, memory, debug)
 
 
 @dataclass

@@ -4,6 +4,7 @@ write the report, serialize, check the program, measure it on the host."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,13 +36,16 @@ class Compiled:
     reference: GraphModule
     float_model: torch.nn.Module
     program: object
+    edges: tuple | None = None
+    """With ``keep_edges``: (the Edge program before delegation, the emitter's debug maps of
+    ``buffer``), for the ETRecord (``devtools.etrecord``)."""
 
 
 def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, progress, train_fn: Callable | None, io,
                     deployable=False, strict=False, accuracy_samples=None,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
-                    stacklevel: int = 2) -> Compiled:
+                    stacklevel: int = 2, keep_edges: bool = False) -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
@@ -51,6 +55,7 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     graph = rewrite(export(float_model, args.example_inputs), args.target)
     quantized = quantize_model(graph, args, precision, train_fn, progress)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
+    before = copy.deepcopy(quantized.edge) if keep_edges else None
     placed = place(quantized.edge, decided, args.target, args.memory, args.io, precision,
                    quantized.choice)
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
@@ -58,4 +63,5 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                   deployable, strict, stacklevel + 1, placed.memory)
     program = measure(buffer, host_data, report, float_model, quantized.reference,
                       args.samples, args.accuracy_samples)
-    return Compiled(buffer, host_data, report, quantized.reference, float_model, program)
+    return Compiled(buffer, host_data, report, quantized.reference, float_model, program,
+                    (before, placed.debug) if keep_edges else None)

@@ -4,6 +4,7 @@ graphs its companion file carries."""
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..device.payload import HOST_DATA_TAG
@@ -11,8 +12,26 @@ from ..errors import stage
 from ..firmware.companion import read_named_data
 
 
+@dataclass(frozen=True)
+class DebugMaps:
+    """What ExecuTorch's emitter records for the debugging tools while it serializes (the
+    attributes of an ``ExecutorchProgramManager`` an ETRecord reads): per instruction its
+    debug handles and output count, per delegate call its debug-handle map."""
+
+    debug_handle_map: dict
+    delegate_map: dict
+    instruction_id_to_num_outs_map: dict
+
+
 def to_executorch(edge) -> tuple[bytes, dict[str, bytes]]:
-    """Serialize an Edge program: (the device ``.pte``, the host graphs by named-data key).
+    """``serialize(edge)`` without the debug maps."""
+    pte, host, _ = serialize(edge)
+    return pte, host
+
+
+def serialize(edge) -> tuple[bytes, dict[str, bytes], DebugMaps]:
+    """Serialize an Edge program: (the device ``.pte``, the host graphs by named-data key,
+    the emitter's debug maps).
     The host graphs are external data (``device.payload.HOST_DATA_TAG``), which ExecuTorch
     writes as a ``.ptd`` beside the program; they are read back from it. CPU-side
     quantize/dequantize need the quantized kernels' out variants registered first."""
@@ -25,4 +44,6 @@ def to_executorch(edge) -> tuple[bytes, dict[str, bytes]]:
             program.write_tensor_data_to_file(tmp)
             ptd = Path(tmp, HOST_DATA_TAG + ".ptd")
             host = read_named_data(ptd.read_bytes(), "the host graphs") if ptd.is_file() else {}
-    return pte, host
+    maps = DebugMaps(program.debug_handle_map, program.delegate_map,
+                     program.instruction_id_to_num_outs_map)
+    return pte, host, maps

@@ -110,6 +110,12 @@ def _graph(processed: bytes, named_data: dict[str, bytes]):
     return prepare(hashlib.sha256(payload).digest(), payload)
 
 
+def partition_graph(processed: bytes, named_data: dict[str, bytes]):
+    """The TFLite graph (``TFLiteModel``) a delegate payload stands for: the payload itself
+    (a reference payload) or the host graph kept beside it."""
+    return _graph(processed, named_data)[0]
+
+
 @dataclass(frozen=True)
 class NpuRecord:
     """One NPU input or output as the runtime knows it: element count, element size and

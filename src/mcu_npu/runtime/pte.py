@@ -164,14 +164,16 @@ class Program:
         with _corrupt_as(f"the inputs of method '{method}' are corrupt"):
             return [InputSpec(*input_spec(plan.values[i].val)) for i in plan.inputs]
 
-    def run(self, *inputs, method: str = "forward") -> list[torch.Tensor]:
-        """Execute `method` on `inputs`; the outputs are fresh tensors, not runtime memory."""
+    def run(self, *inputs, method: str = "forward", observer=None) -> list[torch.Tensor]:
+        """Execute `method` on `inputs`; the outputs are fresh tensors, not runtime memory.
+        ``observer(method, chain, pc, instruction)`` is called after each instruction (the
+        event tracer's place: ``devtools.etdump``)."""
         check_inputs(method, self.input_specs_of(method), inputs)
         if method not in self._methods:
             with _corrupt_as(f"cannot prepare method '{method}'"):
                 self._methods[method] = Method(self._pte, self._plan(method), self.named_data)
         with torch.no_grad():
-            return self._methods[method].run(inputs)
+            return self._methods[method].run(inputs, observer)
 
     def _default_method(self) -> str:
         return "forward" if "forward" in self._plans else next(iter(self._plans))
@@ -233,7 +235,7 @@ class Method:
         self.frame = _materialize(pte, plan)
         self._n_outputs = output_counts(plan)
 
-    def run(self, inputs: Sequence) -> list[torch.Tensor]:
+    def run(self, inputs: Sequence, observer=None) -> list[torch.Tensor]:
         for index, value in zip(self._plan.inputs, inputs):
             current = self.frame.values[index]
             if isinstance(current, torch.Tensor):
@@ -241,21 +243,24 @@ class Method:
             else:
                 self.frame.values[index] = value
         for c, chain in enumerate(self._plan.chains):
-            self._run_chain(c, chain.instructions)
+            self._run_chain(c, chain.instructions, observer)
         return [_output(self.frame.read(i)) for i in self._plan.outputs]
 
-    def _run_chain(self, c: int, instructions) -> None:
+    def _run_chain(self, c: int, instructions, observer=None) -> None:
         pc = 0
         while pc < len(instructions):
             call = instructions[pc].instr_args
             try:
-                pc = self._step(c, pc, call)
+                following = self._step(c, pc, call)
             except McuNpuError:
                 raise
             except Exception as exc:
                 raise InvalidProgramError(
                     f"instruction {pc} of method '{self._plan.name}' ({self._describe(call)}) "
                     f"failed on the host: {type(exc).__name__}: {exc}") from exc
+            if observer is not None:
+                observer(self, c, pc, call)
+            pc = following
 
     def _step(self, c: int, pc: int, call) -> int:
         kind = type(call).__name__
