@@ -302,3 +302,10 @@ def test_cli_run_takes_the_runtime(tmp_path):
     assert torch.equal(torch.from_numpy(np.load(y)), prog.run(*samples[0])[0])
     r = run_cli("run", path, "--input", x, "--runtime", "board")
     assert r.returncode != 0 and "--runtime" in r.stderr and "executorch" in r.stderr
+
+
+def test_an_etdump_records_the_host_runtime_only(tmp_path):
+    prog, samples = program("conv", "corstone-300")
+    with pytest.raises(ConfigError, match="etdump= records a run of the host runtime"):
+        prog.run(*samples[0], etdump=tmp_path / "run.etdp", runtime="executorch")
+    assert not (tmp_path / "run.etdp").exists()
