@@ -32,12 +32,15 @@ def check_runtime(runtime: str) -> str:
 
 
 class ExecutorchProgram:
-    """A program loaded in ExecuTorch's runtime; ``run`` executes one of its methods."""
+    """A program loaded in ExecuTorch's runtime; ``run`` executes one of its methods. It
+    keeps what it needs of the host ``program``, not the program itself (``run`` caches one
+    per program, for as long as the program lives)."""
 
     def __init__(self, program: pte.Program):
         from executorch.runtime import Runtime
 
-        self._program = program
+        self._named_data = program.named_data
+        self._input_specs = {m: program.input_specs_of(m) for m in program.method_names}
         bridge.provide_kernels(program.kernel_names)
         try:
             self._et = Runtime.get().load_program(program.data)
@@ -50,7 +53,7 @@ class ExecutorchProgram:
         if name not in self._methods:
             bridge.clear_error()
             try:
-                with bridge.payload_data(self._program.named_data):
+                with bridge.payload_data(self._named_data):
                     self._methods[name] = self._et.load_method(name)
             except Exception as exc:
                 bridge.raise_failure(exc)
@@ -61,7 +64,10 @@ class ExecutorchProgram:
 
     def run(self, inputs: Sequence, method: str = "forward") -> list[torch.Tensor]:
         """Execute ``method``; the outputs are fresh tensors, not runtime memory."""
-        pte.check_inputs(method, self._program.input_specs_of(method), inputs)
+        if method not in self._input_specs:
+            raise ConfigError(f"the program has no method '{method}' (it has: "
+                              f"{', '.join(self._input_specs)})")
+        pte.check_inputs(method, self._input_specs[method], inputs)
         loaded = self._method(method)
         bridge.clear_error()
         try:
