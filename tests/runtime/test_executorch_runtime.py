@@ -309,3 +309,20 @@ def test_an_etdump_records_the_host_runtime_only(tmp_path):
     with pytest.raises(ConfigError, match="etdump= records a run of the host runtime"):
         prog.run(*samples[0], etdump=tmp_path / "run.etdp", runtime="executorch")
     assert not (tmp_path / "run.etdp").exists()
+
+
+def test_a_program_and_its_executorch_load_go_together():
+    """The program loaded in ExecuTorch's runtime for a host program lives as long as the
+    host program: then its delegates are destroyed and release their NPU graphs."""
+    import gc
+    import weakref
+
+    from mcu_npu.runtime.executorch import run_with
+
+    prog, samples = program("conv", "corstone-300")
+    fresh = _fresh(prog)
+    run_with("executorch", fresh, samples[0])
+    held, gone = len(bridge._handles), weakref.ref(fresh)
+    del fresh
+    gc.collect()
+    assert gone() is None and len(bridge._handles) == held - 1
