@@ -1,6 +1,6 @@
 """Model-level compiles that several tests check different things of: the MLPerf Tiny models
-on a target and the recurrent models (the GRU keyword spotter among them) on imxrt700, each
-compiled once per test process. Tests sharing one mark it ``same_compile(...)`` so
+on a target, the recurrent models (the GRU keyword spotter among them) on imxrt700 and the
+keyword spotter on an Ethos-U target, each compiled once per test process. Tests sharing one mark it ``same_compile(...)`` so
 pytest-xdist runs them in one worker (``--dist loadgroup``)."""
 
 from __future__ import annotations
@@ -83,6 +83,25 @@ def recurrent(name: str):
     prog = mcu_npu.compile(model, calibration[0], calibration=calibration,
                            npu_compiler="reference")
     tests = [torch.randn(shape, generator=g) for _ in range(4)]
+    return model, prog, tests
+
+
+KWS_PRECISIONS = {"int8": None, "int16-state": {"overrides": {"gru": "int16", "fc": "int16"}}}
+
+
+@functools.lru_cache(maxsize=None)
+def keyword_spotter(target: str, precision: str = "int8"):
+    """(model, compiled program, 8 held-out inputs) of the GRU keyword spotter on ``target``,
+    calibrated on 64 random inputs (with 16, clipping at ranges the calibration never saw
+    hides what int16 gains); ``precision``: a key of ``KWS_PRECISIONS`` ("int16-state": the
+    GRU layers and the classifier reading their state in int16)."""
+    torch.manual_seed(0)
+    model = KeywordSpotter().eval()
+    g = torch.Generator().manual_seed(1)
+    calibration = [(torch.randn(1, 49, 40, generator=g),) for _ in range(64)]
+    prog = mcu_npu.compile(model, calibration[0], target=target, calibration=calibration,
+                           precision=KWS_PRECISIONS[precision])
+    tests = [torch.randn(1, 49, 40, generator=g) for _ in range(8)]
     return model, prog, tests
 
 

@@ -11,6 +11,7 @@ import torch.nn as nn
 
 import mcu_npu
 from helpers import as_list, calibration_set, reference_output_steps, sqnr_db, sqnr_holds
+from model_compiles import keyword_spotter, same_compile
 from mcu_npu.quantization.precision import CPU_REASON
 
 
@@ -112,28 +113,19 @@ def test_a_cpu_op_stays_int8_between_int16_npu_ops():
 
 
 @pytest.mark.slow
+@same_compile("kws", "corstone-300")
 def test_gru_kws_with_int16_recurrent_state_gains_6_db():
     """The 2-layer GRU-64 KWS model on corstone-300: the recurrent layers and the classifier
     reading their state in int16 gain at least 6 dB over int8 on inputs outside the
     calibration set, every op on the NPU. (64 calibration samples: with 16, clipping at
     ranges the calibration never saw costs both programs alike and hides the gain.)"""
-    from model_compiles import KeywordSpotter
-
-    torch.manual_seed(0)
-    model = KeywordSpotter().eval()
-    g = torch.Generator().manual_seed(1)
-    calibration = [(torch.randn(1, 49, 40, generator=g),) for _ in range(64)]
-    int8 = mcu_npu.compile(model, calibration[0], target="corstone-300",
-                           calibration=calibration)
-    state16 = mcu_npu.compile(model, calibration[0], target="corstone-300",
-                              calibration=calibration,
-                              precision={"overrides": {"gru": "int16", "fc": "int16"}})
+    model, int8, tests = keyword_spotter("corstone-300")
+    _, state16, _ = keyword_spotter("corstone-300", "int16-state")
     for prog in (int8, state16):
         s = prog.report.summary
         assert s["ops_on_cpu"] == 0 and s["partitions"] == 1
         assert sqnr_holds(prog.report.accuracy["sqnr_db"],
                           prog.report.accuracy["reference_sqnr_db"])
-    tests = [torch.randn(1, 49, 40, generator=g) for _ in range(8)]
     with torch.no_grad():
         floats = torch.cat([model(x).flatten() for x in tests])
     gain = sqnr_db(floats, torch.cat([state16.run(x)[0].flatten() for x in tests])) - \

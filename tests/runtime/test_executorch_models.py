@@ -1,7 +1,7 @@
 """The model-level programs run in ExecuTorch's own runtime (``run(runtime="executorch")``)
 with outputs equal, bit for bit, to the host runtime's: the MLPerf Tiny models on
-corstone-300, corstone-320 (Vela payloads) and imxrt700, the GRU keyword spotter, and the
-model-library set on the three targets (the Cortex-M kernels of what the NPU leaves
+corstone-300, corstone-320 (Vela payloads) and imxrt700, the GRU keyword spotter on the
+same three, and the model-library set on the three targets (the Cortex-M kernels of what the NPU leaves
 included). The programs are the compiles the model-level tests check
 (``model_compiles``, ``model_library.compiled``), shared through their xdist groups.
 
@@ -89,11 +89,16 @@ def test_mlperf_tiny_runs_in_executorch_as_on_the_host(name, target, calls, tmp_
                         "the compiled program", "its saved .pte in ExecuTorch's runtime")
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=same_compile("recurrent", name)) for name in ["kws_gru2"]])
-def test_gru_keyword_spotter_runs_in_executorch_as_on_the_host(name, calls):
-    _, prog, tests = model_compiles.recurrent(name)
-    assert_runs_alike(prog, tests, calls)
+@pytest.mark.parametrize("target", [
+    pytest.param(target, marks=same_compile("kws", target))
+    for target in ["corstone-300", "corstone-320"]] + [
+    pytest.param("imxrt700", marks=same_compile("recurrent", "kws_gru2"))])
+def test_gru_keyword_spotter_runs_in_executorch_as_on_the_host(target, calls):
+    if target == "imxrt700":
+        _, prog, tests = model_compiles.recurrent("kws_gru2")
+    else:  # the corstone-300 program is test_int16's
+        _, prog, tests = model_compiles.keyword_spotter(target)
+    assert_runs_alike(prog, tests[:4], calls)
 
 
 @pytest.mark.parametrize("name,target", [
