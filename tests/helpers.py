@@ -104,8 +104,9 @@ def assert_loads_in_executorch(buffer: bytes, inputs, outputs, method: str = "fo
     """Load ``buffer`` with ExecuTorch's own C++ runtime (``executorch.runtime.Runtime``) and
     check ``method``'s metadata against the model: as many inputs as ``inputs`` and outputs as
     ``outputs`` (a tensor or a sequence of tensors, e.g. a host run's result), each with the
-    same dtype and sizes. Metadata only: the NPU backends and the Cortex-M kernels are not
-    registered in that runtime, so the method is neither loaded nor executed."""
+    same dtype and sizes. Metadata only: running the program in that runtime is
+    ``run(runtime="executorch")``, which model-level tests do for every host run
+    (``tests/conftest.py``)."""
     from executorch.exir.tensor import scalar_type_enum
     from executorch.runtime import Runtime
 
