@@ -53,6 +53,12 @@ def test_tolerance_is_one_step_of_the_dequantized_output(ds_cnn_debug, tmp_path)
     assert made.tolerance.rtol == 0
     assert made.tolerance.atol == step
     assert "quantization step" in made.tolerance.basis
+    stated = [n for n in ds_cnn_debug.prog.report.notes if "bundled program's checks" in n]
+    assert stated == [f"a board's outputs may differ from the host run's by atol "
+                      f"{step:g}, rtol 0: {made.tolerance.basis} (the tolerance of a bundled "
+                      f"program's checks, save_bundled)"]
+    pte = ds_cnn_debug.prog.save(tmp_path / "m.pte")
+    assert mcu_npu.load(pte).report.notes == ds_cnn_debug.prog.report.notes
 
 
 def test_host_check_passes_then_catches_a_corrupted_expected_output(ds_cnn_debug, tmp_path):

@@ -249,6 +249,14 @@ def tolerance(program, method: str = "forward") -> Tolerance:
                                 f"largest step {atol:g}")
 
 
+def tolerance_note(program, method: str = "forward") -> str:
+    """The report's statement of ``tolerance``: what a board's outputs may differ by."""
+    t = tolerance(program, method)
+    return (f"a board's outputs may differ from the host run's by atol {t.atol:g}, rtol "
+            f"{t.rtol:g}: {t.basis} (the tolerance of a bundled program's checks, "
+            f"save_bundled)")
+
+
 def _output_step(plan, index: int) -> float | None:
     """The quantization step of output value ``index``: 1 for an integer tensor, the scale
     of the dequantize that writes it, None for a float output no dequantize makes."""

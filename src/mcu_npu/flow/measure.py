@@ -10,6 +10,7 @@ from torch.fx import GraphModule
 from torchao.quantization.pt2e.utils import _fuse_conv_bn_
 
 from ..device.program_io import dequantize_outputs, quantize_inputs
+from ..devtools.bundled import tolerance_note
 from ..errors import ConfigError, stage
 from ..graph.ids import node_id
 from ..quantization.exact import run_exact
@@ -33,10 +34,12 @@ HostRun = Callable[[tuple], list]
 def measure(buffer: bytes, host_data: dict[str, bytes], report: Report, float_model,
             reference: GraphModule, samples: list[tuple], accuracy_samples: list[tuple] | None):
     """The stage: ``buffer`` loaded for host execution with its companion's ``host_data``,
-    the report's accuracy measured on the first ``ACCURACY_SAMPLES`` calibration samples
+    the board's tolerance noted in the report (``devtools.bundled.tolerance``), the report's
+    accuracy measured on the first ``ACCURACY_SAMPLES`` calibration samples
     and, given ``accuracy_samples``, its per-layer error. Returns the loaded program."""
     with stage("checking the program's accuracy on the host"):
         program = load_program(buffer, host_data)
+        report.notes.append(tolerance_note(program))
         run = host_run(program.run, report.io)
         report.accuracy = measure_accuracy(float_model, reference, run,
                                            samples[:ACCURACY_SAMPLES])
