@@ -20,27 +20,7 @@ from mcu_npu.runtime import npu_emulator
 from mcu_npu.runtime.delegates import DeviceTensor, register_emulator, unregister_emulator
 from mcu_npu.runtime.executorch import ExecutorchProgram, bridge, build
 
-
-class ConvNet(torch.nn.Module):
-    """Image in, conv features out: both NPU boundaries 4-D with several channels."""
-
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = torch.nn.Conv2d(4, 8, 3), torch.nn.Conv2d(8, 6, 3)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)))
-
-
-class TwoInputs(torch.nn.Module):
-    """A five-channel and a one-channel image (Neutron: one flagged input, one plain)."""
-
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = torch.nn.Conv2d(5, 4, 3, padding=1), torch.nn.Conv2d(1, 4, 3, padding=1)
-
-    def forward(self, x, y):
-        return torch.relu(self.a(x) + self.b(y))
+from test_device_io import ConvNet, TwoInputs
 
 
 def _inputs(case: str, channels_last: bool = False):
