@@ -5,6 +5,8 @@ the original exception chained and a line saying what to do."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +86,22 @@ def test_missing_and_corrupt_programs(tmp_path):
     bad.write_bytes(b"\x00" * 64)
     with pytest.raises(InvalidProgramError):
         mcu_npu.load(bad)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_saved_files_get_the_permissions_a_new_file_gets(small_pte, tmp_path, umask):
+    """Written whole through a temporary file, yet with the permissions ``open`` gives a
+    new file, not the temporary file's owner-only ones."""
+    prog, _ = small_pte
+    old = os.umask(umask)
+    try:
+        pte = prog.save(tmp_path / "m.pte")
+        header = prog.save_c_header(tmp_path / "m.h")
+    finally:
+        os.umask(old)
+    for path in (pte, pte.with_suffix(".ptd"), header):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.h", "m.ptd", "m.pte"]
 
 
 def test_truncated_program(small_pte, tmp_path):
