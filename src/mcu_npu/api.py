@@ -11,12 +11,13 @@ from typing import Callable, Iterable
 import torch
 
 from .device.program_io import dequantize_outputs, quantize_inputs
-from .errors import ConfigError, HostDataMissingError, InvalidProgramError, stage
+from .errors import ConfigError, HostDataMissingError, stage
 from .firmware.files import write_atomic
 from .flow.run import compile_program
 from .quantization.precision import AutoPrecision, parse_precision
 from .report import Report
 from .runtime import load_program
+from .runtime.pte import read_bytes
 
 
 @dataclass
@@ -328,12 +329,7 @@ def load(path_or_bytes, companion=None) -> LoadedProgram:
     there is one. A companion written for another program is refused."""
     from .firmware.companion import resolve
 
-    if isinstance(path_or_bytes, (str, os.PathLike)):
-        if not Path(path_or_bytes).is_file():
-            raise InvalidProgramError(f"program file {str(path_or_bytes)!r} not found")
-        data = Path(path_or_bytes).read_bytes()
-    else:
-        data = bytes(path_or_bytes)
+    data = read_bytes(path_or_bytes)
     found, name = resolve(path_or_bytes, data, companion)
     program = load_program(data, found.host_data if found is not None else None)
     return LoadedProgram(program, found, name)

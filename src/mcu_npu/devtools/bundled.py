@@ -192,13 +192,9 @@ def check_file(path_or_bytes, companion=None) -> BundledCheck:
     from ..errors import HostDataMissingError
     from ..firmware.companion import resolve
     from ..runtime import load_program
+    from ..runtime.pte import read_bytes
 
-    if isinstance(path_or_bytes, (str, os.PathLike)):
-        if not Path(path_or_bytes).is_file():
-            raise InvalidProgramError(f"bundled program file {str(path_or_bytes)!r} not found")
-        data = Path(path_or_bytes).read_bytes()
-    else:
-        data = bytes(path_or_bytes)
+    data = read_bytes(path_or_bytes, "bundled program")
     program, cases = read_bundled(data)
     found, name = resolve(path_or_bytes, program, companion)
     runtime = load_program(program, found.host_data if found is not None else None)

@@ -50,9 +50,9 @@ def load(source, host_data: dict[str, bytes] | None = None) -> "Program":
     return Program(read_bytes(source), host_data)
 
 
-def read_bytes(source) -> bytes:
-    """The bytes of a program given as bytes or as a file path (InvalidProgramError when
-    the file cannot be read)."""
+def read_bytes(source, what: str = "program") -> bytes:
+    """The bytes of a ``what`` (a program, a bundled program) given as bytes or as a file
+    path (InvalidProgramError when the file cannot be read)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         return bytes(source)
     if isinstance(source, (str, os.PathLike)):
@@ -60,10 +60,10 @@ def read_bytes(source) -> bytes:
             with open(source, "rb") as f:
                 return f.read()
         except FileNotFoundError:
-            raise InvalidProgramError(f"program file '{os.fspath(source)}' not found") from None
+            raise InvalidProgramError(f"{what} file '{os.fspath(source)}' not found") from None
         except OSError as exc:
             raise InvalidProgramError(
-                f"cannot read program file '{os.fspath(source)}': {exc}") from exc
+                f"cannot read {what} file '{os.fspath(source)}': {exc}") from exc
     raise TypeError(f"load() takes bytes or a path, not {type(source).__name__}")
 
 
