@@ -7,6 +7,7 @@ and a copy rule broken on either side shows as a difference between the two runt
 from __future__ import annotations
 
 import math
+import types
 
 import pytest
 import torch
@@ -139,7 +140,9 @@ def test_a_bridge_that_ignores_the_neutron_format_flag_differs_from_the_host(mon
         return type(io)(tuple(0 for _ in io.input_formats), tuple(0 for _ in io.output_formats),
                         io.input_map, io.output_map, io.num_input_args)
 
-    monkeypatch.setattr(npu_emulator, "neutron_io", flags_ignored)
+    # the bridge's view of the emulator module only: the host runtime keeps the real rule
+    monkeypatch.setattr(bridge, "npu_emulator",
+                        types.SimpleNamespace(**{**vars(npu_emulator), "neutron_io": flags_ignored}))
     broken = ExecutorchProgram(_fresh(prog))
     with pytest.raises(AssertionError, match="differs"):
         assert_same_outputs(prog.run(*samples[0]), broken.run(samples[0]))
@@ -150,7 +153,7 @@ def test_a_neutron_flag_dropped_on_a_channels_last_input_is_refused_as_on_the_de
     """Unflagged, the device takes only contiguous tensors: a channels-last input is refused
     (``execute`` returns InvalidProgram) in both runtimes."""
     prog, samples = program("conv", "imxrt700", "neutron", channels_last=True)
-    neutron_io = npu_emulator._neutron_io
+    neutron_io = npu_emulator.neutron_io
 
     def input_flag_dropped(*args):
         io = neutron_io(*args)
@@ -158,7 +161,7 @@ def test_a_neutron_flag_dropped_on_a_channels_last_input_is_refused_as_on_the_de
         return type(io)((0,), io.output_formats, io.input_map, io.output_map,
                         io.num_input_args)
 
-    monkeypatch.setattr(npu_emulator, "_neutron_io", input_flag_dropped)
+    monkeypatch.setattr(npu_emulator, "neutron_io", input_flag_dropped)
     with pytest.raises(InvalidProgramError, match="Neutron input 0: the runtime expects a "
                                                   "contiguous dim order"):
         ExecutorchProgram(_fresh(prog)).run(samples[0])

@@ -161,7 +161,7 @@ class Recorder:
         self.clock += ns
 
     def _delegate(self, method, chain: int, pc: int, call) -> None:
-        from ..runtime.npu_emulator import partition_graph
+        from ..runtime.npu_emulator import npu_graph
 
         delegate = method._plan.delegates[call.delegate_index]
         processed = bytes(method._program.backend_delegate_data[delegate.processed.index].data)
@@ -173,7 +173,7 @@ class Recorder:
         if self.npu_calls and len(self.npu_calls) > self._seen_calls:
             tensors = self.npu_calls[self._seen_calls]
             self._seen_calls = len(self.npu_calls)
-        ops = npu_ops(partition_graph(processed, self.named_data).buffer)
+        ops = npu_ops(npu_graph(processed, self.named_data)[0].buffer)
         clock = start + ins
         for op, ns in zip(ops, self.timing.split(ops, npu)):
             value = _dequantized(tensors.get(op.outputs[0])) if computes_edge_value(op) else None

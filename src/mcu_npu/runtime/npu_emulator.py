@@ -80,11 +80,6 @@ def _record(model, interp) -> None:
         _RECORDINGS[-1].append(op_outputs(model.buffer, interp))
 
 
-def npu_graph(processed: bytes, named_data: dict[str, bytes]):
-    """(TFLiteModel, meta, interpreter) of the partition graph behind a payload."""
-    return _graph(processed, named_data)
-
-
 def npu_compute(interp, inputs: "list[tuple[int, np.ndarray]]", outputs: "list[int]",
                 what: str) -> list[np.ndarray]:
     """The NPU's compute alone: each input region's bytes into graph tensor ``index``
@@ -95,7 +90,7 @@ def npu_compute(interp, inputs: "list[tuple[int, np.ndarray]]", outputs: "list[i
     return [_result(interp, index) for index in outputs]
 
 
-def _graph(processed: bytes, named_data: dict[str, bytes]):
+def npu_graph(processed: bytes, named_data: dict[str, bytes]):
     """(TFLiteModel, meta, interpreter) of the partition graph behind a payload."""
     payload = processed
     if not is_container(payload):
@@ -108,12 +103,6 @@ def _graph(processed: bytes, named_data: dict[str, bytes]):
         payload = bytes(kept)
     prepare = _prepared_keeping_tensors if _RECORDINGS else _prepared
     return prepare(hashlib.sha256(payload).digest(), payload)
-
-
-def partition_graph(processed: bytes, named_data: dict[str, bytes]):
-    """The TFLite graph (``TFLiteModel``) a delegate payload stands for: the payload itself
-    (a reference payload) or the host graph kept beside it."""
-    return _graph(processed, named_data)[0]
 
 
 @dataclass(frozen=True)
@@ -160,10 +149,6 @@ def _check_arity(kind: str, inputs: list, outputs: list, n_in: int, n_out: int) 
             f"program passes {len(inputs)} inputs and {len(outputs)} outputs")
 
 
-def _vela_records(processed: bytes, model, interp) -> tuple[list[NpuRecord], list[NpuRecord]]:
-    return ethos_u_layout(processed, model, interp)[1:]
-
-
 def ethos_u_layout(processed: bytes, model,
                    interp) -> tuple[int, list[NpuRecord], list[NpuRecord]]:
     """(scratch size, input records, output records) of an Ethos-U payload: Vela's records,
@@ -190,8 +175,8 @@ def run_ethos_u(processed: bytes, compile_specs, named_data, inputs: list[Device
                 outputs: list[DeviceTensor]) -> None:
     """One Ethos-U delegate call: memcpy in, NPU (LiteRT), memcpy out."""
     processed = bytes(processed)
-    model, _, interp = _graph(processed, named_data)
-    in_records, out_records = _vela_records(processed, model, interp)
+    model, _, interp = npu_graph(processed, named_data)
+    _, in_records, out_records = ethos_u_layout(processed, model, interp)
     _check_arity("Ethos-U", inputs, outputs, len(in_records), len(out_records))
     if (len(model.inputs), len(model.outputs)) != (len(in_records), len(out_records)):
         raise InvalidProgramError("the Ethos-U payload's inputs and outputs differ from its "
@@ -228,12 +213,8 @@ class NeutronIO:
     num_input_args: int
 
 
-def neutron_io(processed: bytes, model, meta) -> "NeutronIO":
+def neutron_io(processed: bytes, model, meta) -> NeutronIO:
     """The format flags, argument maps and input-argument count of a Neutron payload."""
-    return _neutron_io(processed, model, meta)
-
-
-def _neutron_io(processed: bytes, model, meta) -> NeutronIO:
     if is_container(processed):
         formats = meta.get("neutron_formats")
         if formats is None:
@@ -251,8 +232,8 @@ def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[Device
                 outputs: list[DeviceTensor]) -> None:
     """One Neutron delegate call: flagged transposes in, NPU (LiteRT), flagged transposes out."""
     processed = bytes(processed)
-    model, meta, interp = _graph(processed, named_data)
-    io = _neutron_io(processed, model, meta)
+    model, meta, interp = npu_graph(processed, named_data)
+    io = neutron_io(processed, model, meta)
     if io.num_input_args != len(inputs):
         raise InvalidProgramError(f"the Neutron payload declares {io.num_input_args} input "
                                   f"arguments, the program passes {len(inputs)}")
@@ -297,5 +278,5 @@ def neutron_input_count(processed: bytes, named_data) -> int:
     processed = bytes(processed)
     if not is_container(processed):
         return nxp.parse(processed).num_input_args
-    model, meta, _ = _graph(processed, named_data)
-    return _neutron_io(processed, model, meta).num_input_args
+    model, meta, _ = npu_graph(processed, named_data)
+    return neutron_io(processed, model, meta).num_input_args
