@@ -1,7 +1,7 @@
 """Model-level compiles that several tests check different things of: the MLPerf Tiny models
 on a target, the recurrent models (the GRU keyword spotter among them) on imxrt700 and the
-keyword spotter on an Ethos-U target, each compiled once per test process. Tests sharing one mark it ``same_compile(...)`` so
-pytest-xdist runs them in one worker (``--dist loadgroup``)."""
+keyword spotter on an Ethos-U target, each compiled once per test process. Tests sharing one
+mark it ``same_compile(...)`` so pytest-xdist runs them in one worker (``--dist loadgroup``)."""
 
 from __future__ import annotations
 

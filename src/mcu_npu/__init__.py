@@ -29,7 +29,8 @@ def __getattr__(name):
 from .version import __version__  # noqa: E402,F401
 
 __all__ = [
-    "compile", "load", "CompiledProgram", "Report", "AutoPrecision", "check_bundled", "targets", "get_target",
+    "compile", "load", "CompiledProgram", "Report", "AutoPrecision", "check_bundled",
+    "targets", "get_target",
     "McuNpuError", "ConfigError", "ConversionError", "InputError", "InvalidProgramError",
     "MemoryFitError", "NpuCompilerError", "UnsupportedModelError",
 ]

@@ -1,8 +1,8 @@
 """The model-level programs run in ExecuTorch's own runtime (``run(runtime="executorch")``)
 with outputs equal, bit for bit, to the host runtime's: the MLPerf Tiny models on
 corstone-300, corstone-320 (Vela payloads) and imxrt700, the GRU keyword spotter on the
-same three, and the model-library set on the three targets (the Cortex-M kernels of what the NPU leaves
-included). The programs are the compiles the model-level tests check
+same three, and the model-library set on the three targets (the Cortex-M kernels of what
+the NPU leaves included). The programs are the compiles the model-level tests check
 (``model_compiles``, ``model_library.compiled``), shared through their xdist groups.
 
 Each run is also counted: the runtime must reach the NPU backend once per delegate call and

@@ -141,8 +141,8 @@ def test_a_bridge_that_ignores_the_neutron_format_flag_differs_from_the_host(mon
                         io.input_map, io.output_map, io.num_input_args)
 
     # the bridge's view of the emulator module only: the host runtime keeps the real rule
-    monkeypatch.setattr(bridge, "npu_emulator",
-                        types.SimpleNamespace(**{**vars(npu_emulator), "neutron_io": flags_ignored}))
+    view = types.SimpleNamespace(**{**vars(npu_emulator), "neutron_io": flags_ignored})
+    monkeypatch.setattr(bridge, "npu_emulator", view)
     broken = ExecutorchProgram(_fresh(prog))
     with pytest.raises(AssertionError, match="differs"):
         assert_same_outputs(prog.run(*samples[0]), broken.run(samples[0]))

@@ -10,9 +10,9 @@ turns each into the events the device runtime's event tracer logs:
   keyed by the identifiers of the delegate's debug-handle map (``npu_ops``), inside the
   delegate call's span;
 - with a debug buffer, one debug event per instruction with its output tensor and per NPU
-  operator whose output is an Edge node's value with that output, dequantized to float and, for a 4-D tensor, turned from the
-  NPU's NHWC back to PyTorch's NCHW: what ``calculate_numeric_gap`` compares with the
-  ETRecord's reference.
+  operator whose output is an Edge node's value with that output, dequantized to float
+  and, for a 4-D tensor, turned from the NPU's NHWC back to PyTorch's NCHW: what
+  ``calculate_numeric_gap`` compares with the ETRecord's reference.
 
 Times are not measured: they are the compile's latency model (``report.latency``), in
 nanoseconds. A CPU instruction gets its kernel's row, a delegate call its NPU row plus the

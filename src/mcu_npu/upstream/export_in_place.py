@@ -10,7 +10,8 @@ module's parameters, then its buffers, become inputs in ``named_parameters`` /
 ``named_buffers`` order with export's ``p_`` / ``b_`` names, the nodes are named as a trace
 names them, and fake values come from one propagation. It returns None, for ``torch.export``
 to do the work, on anything else: a call that is not an op, an attribute that is neither a
-parameter nor a persistent buffer, a non-tensor input, an output that is not a flat tuple of tensors.
+parameter nor a persistent buffer, a non-tensor input, an output that is not a flat tuple of
+tensors.
 """
 
 from __future__ import annotations
