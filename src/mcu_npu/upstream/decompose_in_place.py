@@ -1,4 +1,4 @@
-"""Core-ATen decompositions that rewrite one node into one node, done on the graph as it is.
+"""Core-ATen decompositions that rewrite one node into one (or two), done on the graph as it is.
 
 ``to_edge``'s decomposition re-traces the whole program on fake tensors as soon as one op in
 it decomposes, and the Edge passes after it then re-trace it again (``upstream.edge_dialect``): an
@@ -18,19 +18,35 @@ op and arguments the decomposition produces:
 ``flatten.using_ints(x, a, b)``        ``view(x, output shape)`` (``x`` contiguous)
 ``conv1d`` / ``conv2d``                ``convolution(..., transposed=False, ...)``
 ``conv_transpose1d`` / ``2d``          ``convolution(..., transposed=True, ...)``
+``reshape_as(x, y)``                   ``view(x, y's shape)`` (``x`` contiguous)
+``expand_as(x, y)``                    ``expand(x, y's shape)``
+``pad(x, pad)`` (constant)             ``constant_pad_nd(x, pad, value or 0.0)``
+``adaptive_avg_pool2d(x, [1, 1])``     ``mean.dim(x, [-1, -2], True)`` (``x`` contiguous)
+``adaptive_avg_pool2d(x, size)``       ``_adaptive_avg_pool2d(x, size)``
+``max_pool2d(x, ...)``                 ``max_pool2d_with_indices(x, ...)[0]`` (two nodes)
+``relu_(x)``, ``add_(x, y)``, ...      ``relu(x)``, ``add(x, y)``, ... (functionalized)
 =====================================  =========================================
+
+An in-place op (``nn.ReLU(inplace=True)``, ``x += y``: most convnets are full of them) is
+functionalized as the decomposition does it, when the value it mutates is a fresh one (made
+by an op that returns no view, with no view taken of it): the op becomes its functional
+form, and every later read of the mutated value reads that form's result.
 
 Any other form (a ``softmax`` with a dtype, a training ``dropout``, a ``contiguous`` to
 another memory format, a ``flatten`` of a strided tensor, a convolution with string
-padding) is left for the decomposition.
+padding, an in-place op on an input or a view) is left for the decomposition.
 """
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch.fx import Node
+from torch.fx.traceback import NodeSource
 
 from ..graph.schema import bind
+from ..passes.aten._recurrent import fake_value
 
 aten = torch.ops.aten
 
@@ -40,7 +56,11 @@ def decompose_in_place(ep: torch.export.ExportedProgram, preserve_ops=()) -> boo
     ``preserve_ops`` (kept whole, as the decomposition keeps them); True if any changed."""
     changed = False
     keep = set(preserve_ops)
+    order = {node: i for i, node in enumerate(ep.graph.nodes)}
     for node in ep.graph.nodes:
+        if node.op == "call_function" and _is_in_place(node.target):
+            changed |= _functionalize(node, order)
+    for node in list(ep.graph.nodes):
         rewrite = _REWRITES.get(node.target) \
             if node.op == "call_function" and node.target not in keep else None
         replacement = rewrite(node) if rewrite is not None else None
@@ -50,6 +70,50 @@ def decompose_in_place(ep: torch.export.ExportedProgram, preserve_ops=()) -> boo
     if changed:
         ep.graph_module.recompile()
     return changed
+
+
+def _is_in_place(op) -> bool:
+    """``op`` writes to its first argument and to nothing else (``relu_``, ``add_.Tensor``)."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return False
+    written = [a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments]
+    return bool(written) and written[0] and not any(written[1:])
+
+
+def _functional(op):
+    """The functional overload of in-place ``op`` (``aten.relu_.default`` ->
+    ``aten.relu.default``), or None."""
+    name = op._schema.name.split("::")[-1]
+    packet = getattr(aten, name[:-1], None) if name.endswith("_") else None
+    functional = getattr(packet, op._overloadname, None) if packet is not None else None
+    if functional is None or _is_in_place(functional):
+        return None
+    return functional
+
+
+def _returns_view(node: Node) -> bool:
+    """``node``'s value may share storage with another value (a view op, an item of a
+    multi-output op, or anything that is not an op call)."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return True
+    return any(r.alias_info is not None for r in node.target._schema.returns)
+
+
+def _functionalize(node: Node, order: dict) -> bool:
+    """Make in-place op ``node`` its functional form, reading the mutated value's later
+    readers from the result, if the mutated value is fresh (see the module's docstring);
+    ``order``: each node's place in the graph."""
+    functional = _functional(node.target)
+    mutated = node.args[0] if node.args else None
+    if functional is None or not isinstance(mutated, Node) or _returns_view(mutated):
+        return False
+    if any(_returns_view(user) for user in mutated.users if user is not node):
+        return False
+    later = [user for user in mutated.users if order[user] > order[node]]
+    node.target = functional
+    for user in later:
+        user.replace_input_with(mutated, node)
+    return True
 
 
 def _shape(node: Node) -> list[int] | None:
@@ -133,6 +197,56 @@ def _conv(transposed: bool):
     return rewrite
 
 
+def _reshape_as(node: Node):
+    x = node.args[0].meta.get("val") if isinstance(node.args[0], Node) else None
+    shape = _shape(node)
+    if shape is None or not isinstance(x, torch.Tensor) or not x.is_contiguous():
+        return None
+    return aten.view.default, (node.args[0], shape), {}
+
+
+def _expand_as(node: Node):
+    shape = _shape(node.args[1]) if isinstance(node.args[1], Node) else None
+    return None if shape is None else (aten.expand.default, (node.args[0], shape), {})
+
+
+def _pad(node: Node):
+    a = bind(node)
+    if a.mode != "constant":
+        return None
+    value = 0.0 if a.value is None else a.value
+    return aten.constant_pad_nd.default, (a.self, a.pad, value), {}
+
+
+def _adaptive_avg_pool2d(node: Node):
+    x, size = node.args[0], list(node.args[1])
+    val = x.meta.get("val") if isinstance(x, Node) else None
+    if not isinstance(val, torch.Tensor) or not all(isinstance(s, int) for s in size):
+        return None
+    if size != [1, 1]:
+        return aten._adaptive_avg_pool2d.default, (x, size), {}
+    if not val.is_contiguous():  # the decomposition restores a channels-last layout
+        return None
+    return aten.mean.dim, (x, [-1, -2], True), {}
+
+
+def _max_pool2d(node: Node):
+    """``max_pool2d`` -> ``getitem(max_pool2d_with_indices(...), 0)``: the call is made
+    before ``node``, which becomes the item; both descend from one source, as after a
+    decomposition (one debug handle)."""
+    pooled = fake_value(aten.max_pool2d_with_indices.default, node.args, node.kwargs)
+    if pooled is None:
+        return None
+    graph = node.graph
+    with graph.inserting_before(node):
+        call = graph.call_function(aten.max_pool2d_with_indices.default, node.args, node.kwargs)
+    call.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    call.meta["val"] = pooled
+    node._rename("getitem")
+    call.meta["from_node"] = [NodeSource(node, pass_name="decompose_in_place")]
+    return operator.getitem, (call, 0), {}
+
+
 _REWRITES = {
     aten.zeros.default: _zeros,
     aten.transpose.int: _transpose,
@@ -146,4 +260,9 @@ _REWRITES = {
     aten.conv2d.default: _conv(False),
     aten.conv_transpose1d.default: _conv(True),
     aten.conv_transpose2d.input: _conv(True),
+    aten.reshape_as.default: _reshape_as,
+    aten.expand_as.default: _expand_as,
+    aten.pad.default: _pad,
+    aten.adaptive_avg_pool2d.default: _adaptive_avg_pool2d,
+    aten.max_pool2d.default: _max_pool2d,
 }
