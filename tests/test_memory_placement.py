@@ -131,6 +131,9 @@ def test_a_small_sram_gets_the_flash_placement_and_sram_asked_warns():
     tried = {row["memory"]: row for row in prog.report.placement["tried"]}
     assert not tried["sram"]["fits"] and tried["sram"]["shortfall"] > 0
     assert prog.report.placement["why"] == "the only placement that fits"
+    # the weights alone exceed the SRAM: flash is lowered, sram only estimated from it
+    assert tried["sram"].get("estimated") and not tried["flash"].get("estimated")
+    assert [row["memory"] for row in prog.report.placement["tried"]] == ["sram", "flash"]
     flash, _ = _compile(target, memory="flash")  # auto lowered flash again: the same program
     assert prog.buffer == flash.buffer and prog.host_data == flash.host_data
     prog, misfits = _compile(target, memory="sram")

@@ -5,7 +5,9 @@ from the target's memory map, and the program lowered and serialized for it.
 every region of the map, compiling only what it must compare:
 
 - the first placement (``sram`` where the target has it: the program beside its buffers in
-  the SRAM the NPU reads fastest) is lowered and serialized whole;
+  the SRAM the NPU reads fastest) is lowered and serialized whole; when the model's
+  constants alone are larger than that SRAM it cannot win, and ``flash`` goes first (one
+  lowering instead of two for a model too large for SRAM);
 - every other one is estimated by compiling the first's NPU partition graphs again with the
   NPU compiler in that placement's memory mode (Vela's cycles, scratch and fast scratch):
   the graphs, the CPU part and the program's size do not depend on it;
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
+
+import torch
 
 from ..errors import stage
 from ..partition.plan import Plan
@@ -162,6 +166,10 @@ def _with_npu_rows(latency: dict, report: Report) -> float:
     return round(total, 3)
 
 
+_AUTO_ORDER = ("sram", "flash", "dedicated-sram")
+"""The placements ``auto`` compares, in the order it tries (and reports) them."""
+
+
 def place(edge, decided: Plan, target: Target, memory: str, io: str, precision,
           choice) -> Lowered:
     """The program lowered for ``memory`` ("auto" or one of the target's placements), the
@@ -171,13 +179,16 @@ def place(edge, decided: Plan, target: Target, memory: str, io: str, precision,
         chosen.report.placement = {"memory": memory, "asked": memory,
                                    "why": "asked for", "tried": [chosen.row()]}
         return chosen
-    order = [p for p in ("sram", "flash", "dedicated-sram") if p in target.placements]
+    order = [p for p in _AUTO_ORDER if p in target.placements]
+    if order[:2] == ["sram", "flash"] and _constant_bytes(edge) > _program_room(target):
+        order[:2] = ["flash", "sram"]
     with stage(f"placing the program in {order[0]}"):
         first = lower_placed(edge, decided, target.placed(order[0]), io, precision, choice)
     judged: list = [first]
     rows = [first.row()]
     for placement in order[1:]:
-        if placement == "dedicated-sram" and first.target.placement == "sram" and first.fits:
+        if placement == "dedicated-sram" and any(
+                j.target.placement == "sram" and j.fits for j in judged):
             rows.append({"memory": placement, "compiled": False,
                          "why": "not compiled: sram fits, and a program all in SRAM is "
                                 "never slower than one cached from off-chip memory"})
@@ -202,6 +213,21 @@ def place(edge, decided: Plan, target: Target, memory: str, io: str, precision,
             else "the only placement compared")
     else:
         why = "nothing fits: the smallest shortfall"
+    rows.sort(key=lambda row: _AUTO_ORDER.index(row["memory"]))
     chosen.report.placement = {"memory": chosen.target.placement, "asked": "auto",
                                "why": why, "tried": rows}
     return chosen
+
+
+def _constant_bytes(edge) -> int:
+    """Bytes of the constants (weights, biases, quantization tables) of the Edge program
+    ``edge``: what any placement must store, before the NPU compiler packs its share."""
+    ep = edge.exported_program()
+    tensors = [*ep.state_dict.values(), *ep.constants.values()]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _program_room(target: Target) -> int:
+    """Bytes of the region holding the program when ``target`` places it in ``sram``."""
+    region = target.placed("sram").region_for("program")
+    return region.size_bytes if region is not None and region.size_bytes else 1 << 62
