@@ -14,6 +14,7 @@ from torch import nn
 
 import mcu_npu
 from mcu_npu import AutoPrecision, ConfigError
+from mcu_npu.flow import quantize as quantize_flow
 from mcu_npu.flow.auto_precision import op_losses
 from mcu_npu.graph.ids import node_id
 from mcu_npu.report.metrics import sqnr_db
@@ -142,7 +143,7 @@ def test_over_budget_layers_are_dropped():
     assert prog.report.accuracy["sqnr_db"] == auto["baseline"]["sqnr_db"]
 
 
-def test_accuracy_function_target():
+def test_accuracy_function_target(monkeypatch):
     model, cal = _mlp()
     g = torch.Generator().manual_seed(2)
     held_out = [torch.randn(1, 16, generator=g) for _ in range(8)]
@@ -152,6 +153,9 @@ def test_accuracy_function_target():
             floats = torch.cat([model(x).flatten() for x in held_out])
         return sqnr_db(floats, torch.cat([prog.run(x)[0].flatten() for x in held_out]))
 
+    planned = []
+    trial = quantize_flow.trial
+    monkeypatch.setattr(quantize_flow, "trial", lambda *a, **k: planned.append(1) or trial(*a, **k))
     prog = mcu_npu.compile(model, cal[0], target="corstone-300", calibration=cal,
                            precision=AutoPrecision(accuracy_fn=accuracy, target_accuracy=37.0))
     auto = prog.report.precision["auto"]
@@ -160,6 +164,13 @@ def test_accuracy_function_target():
     assert auto["met"] and auto["chosen"]
     assert accuracy(prog) >= 37.0
     assert all("accuracy" in s for s in auto["steps"])
+    # the trials reuse the baseline's plan (one trial quantization in all), and the program
+    # is the one a compile asking for the chosen layers in int16 plans and gives
+    assert len(planned) == 1 and len(auto["steps"]) >= 1
+    asked = mcu_npu.compile(model, cal[0], target="corstone-300", calibration=cal,
+                            precision={"overrides": {layer: "int16" for layer in auto["chosen"]}})
+    assert len(planned) == 2
+    assert asked.buffer == prog.buffer
 
 
 def test_int8_only_npu_returns_int8_and_says_why():

@@ -35,6 +35,8 @@ class CompiledProgram:
     float_model: torch.nn.Module | None = field(default=None, repr=False)
     """The model as given (float), for per-layer error against it."""
     host_data: dict[str, bytes] = field(default_factory=dict, repr=False)
+    _plan: object = field(default=None, repr=False)
+    """The placement the quantization was planned with (``flow.run.Compiled.plan``)."""
 
     @property
     def companion(self) -> bytes:
@@ -214,7 +216,7 @@ def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
         write_etrecord(etrecord, *c.edges,
                        (example,) if isinstance(example, torch.Tensor) else tuple(example))
     return CompiledProgram(c.buffer, c.report, c.reference, _program=LoadedProgram(c.program),
-                           float_model=c.float_model, host_data=c.host_data)
+                           float_model=c.float_model, host_data=c.host_data, _plan=c.plan)
 
 
 class LoadedProgram:

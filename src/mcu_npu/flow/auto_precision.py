@@ -142,11 +142,13 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
     """(request, per-layer samples) -> ``compile_fn``'s program for ``model`` with the
     compile arguments ``args`` (target to memory); the calibration progress shows on the
     first compile only. With ``memory="auto"`` the first compile (the int8 baseline) chooses
-    the placement, and the trials keep it."""
+    the placement, and the trials keep it; they keep its plan of what runs where too (the
+    same model, target and options: the trials skip planning it again)."""
     (target, calibration, npu_compiler, operators_not_to_delegate, progress, train_fn, io,
      deployable, strict, memory) = args
     compiled = 0
     chosen: dict = {}
+    first: dict = {}
 
     def compile_one(request: PrecisionRequest, layer_samples):
         nonlocal compiled
@@ -155,7 +157,8 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
             prog = compile_fn(model, inputs, target, calibration, npu_compiler,
                               operators_not_to_delegate, progress if compiled == 1 else False,
                               train_fn, io, deployable, strict, layer_samples, request,
-                              memory=chosen.get("memory", memory))
+                              memory=chosen.get("memory", memory), plan=first.get("plan"))
+        first.setdefault("plan", getattr(prog, "_plan", None))
         if memory == "auto" and not chosen:
             chosen.update(prog.report.placement)
         elif chosen:

@@ -4,6 +4,7 @@ runs them. The result is the quantized reference, its Edge program and the place
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -14,7 +15,7 @@ from ..backend.cortex_m import cortex_m_core
 from ..errors import stage
 from ..partition.plan import Plan, PlanOptions
 from ..quantization import NeutronQuantizer, quantize, quantize_qat
-from ..quantization.composed import TargetQuantizer
+from ..quantization.composed import PlanMismatch, TargetQuantizer
 from ..quantization.precision import PrecisionChoice, PrecisionRequest, resolve
 from .edge import TO_EDGE, to_edge_program
 from .inputs import Arguments, progress
@@ -39,24 +40,35 @@ class Quantized:
 
 def quantize_model(graph: GraphModule, args: Arguments, precision: PrecisionRequest,
                    train_fn: Callable[[GraphModule], None] | None,
-                   show_progress: bool | None) -> Quantized:
+                   show_progress: bool | None, known: Plan | None = None) -> Quantized:
     """The stage: ``ptq``, or ``qat`` when there is a ``train_fn``."""
     samples = progress(args.samples, show_progress)
     if train_fn is None:
-        return ptq(graph, args.example_inputs, samples, args.target, args.options, precision)
+        return ptq(graph, args.example_inputs, samples, args.target, args.options, precision,
+                   known)
     return qat(graph, args.example_inputs, samples, train_fn, args.target, args.options,
                precision)
 
 
 def ptq(graph, example_inputs, samples, target, options: PlanOptions,
-        precision: PrecisionRequest = PrecisionRequest()) -> Quantized:
+        precision: PrecisionRequest = PrecisionRequest(), known: Plan | None = None) -> Quantized:
     """PTQ with the NPU's rules, which is the plan's trial; where the plan leaves ops to a
     Cortex-M CPU, or ``precision`` asks for int16 activations, quantize again with the
     composed quantizer so those ops get the Cortex-M rules and the int16 ones the 16x8
-    specs."""
+    specs. With int16 asked for, a ``known`` plan made for this graph (same model, target
+    and options: the precision search's trials) stands for the trial."""
     samples = list(samples)
     fallback = cortex_m_core(target) is not None
     mixed = not precision.all_int8
+    if mixed and fallback and known is not None and \
+            replace(known.options, calibration=None) == replace(options, calibration=None):
+        attempt = copy.deepcopy(graph)
+        try:  # the composed quantizer checks the plan was made for the graph it annotates
+            return _requantize(attempt, example_inputs, samples, target, known,
+                               resolve_precision(precision, attempt, known), fallback,
+                               planner=None)
+        except PlanMismatch:
+            pass  # planned anew below
     stages = {"quantize": lambda: stage("quantizing and calibrating", QUANTIZE_HINT),
               "edge": lambda: stage(TO_EDGE),
               "check": lambda: stage(PLACING if fallback else "delegating to the NPU",
@@ -71,8 +83,16 @@ def ptq(graph, example_inputs, samples, target, options: PlanOptions,
     choice = resolve_precision(precision, graph, decided) if mixed else None
     if not mixed and (not fallback or not decided.placement.cpu):
         return Quantized(reference, edge, decided, choice)
+    return _requantize(graph, example_inputs, samples, target, decided, choice, fallback)
+
+
+def _requantize(graph, example_inputs, samples, target, decided: Plan,
+                choice: PrecisionChoice | None, fallback: bool, planner=plan) -> Quantized:
+    """``graph`` quantized as ``decided`` places it: the Cortex-M rules off the NPU (with
+    ``fallback``; ``planner``: what plans a graph ``decided`` was not made for, None to
+    raise ``PlanMismatch``), 16x8 specs where ``choice`` says."""
     with stage("quantizing for the NPU and the Cortex-M kernels", exclude_hint):
-        quantizer = TargetQuantizer(target, plan=decided, planner=plan, precision=choice) \
+        quantizer = TargetQuantizer(target, plan=decided, planner=planner, precision=choice) \
             if fallback else NeutronQuantizer(precision=choice)
         reference = quantize(graph, example_inputs, samples, quantizer)
     with stage(TO_EDGE):

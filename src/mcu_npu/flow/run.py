@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 from torch.fx import GraphModule
 
+from ..partition.plan import Plan
 from ..quantization.precision import PrecisionRequest
 from ..report import Report
 from .check import check_program
@@ -39,21 +40,27 @@ class Compiled:
     edges: tuple | None = None
     """With ``keep_edges``: (the Edge program before delegation, the emitter's debug maps of
     ``buffer``), for the ETRecord (``devtools.etrecord``)."""
+    plan: object = None
+    """The placement the quantization was planned with (``partition.plan.Plan``; None when
+    it was planned while quantizing), for another compile of the same model and target
+    (``plan=``)."""
 
 
 def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, progress, train_fn: Callable | None, io,
                     deployable=False, strict=False, accuracy_samples=None,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
-                    stacklevel: int = 2, keep_edges: bool = False) -> Compiled:
+                    stacklevel: int = 2, keep_edges: bool = False, plan=None) -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
-    ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
+    ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the
+    ``Compiled.plan`` of a compile of the same model for the same target and options (the
+    precision search's trials), used where it was made for the graph."""
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
                            memory)
     float_model = model.eval() if isinstance(model, torch.nn.Module) else model
     graph = rewrite(export(float_model, args.example_inputs), args.target)
-    quantized = quantize_model(graph, args, precision, train_fn, progress)
+    quantized = quantize_model(graph, args, precision, train_fn, progress, plan)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
     before = copy.deepcopy(quantized.edge) if keep_edges else None
     placed = place(quantized.edge, decided, args.target, args.memory, args.io, precision,
@@ -64,4 +71,5 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     program = measure(buffer, host_data, report, float_model, quantized.reference,
                       args.samples, args.accuracy_samples)
     return Compiled(buffer, host_data, report, quantized.reference, float_model, program,
-                    (before, placed.debug) if keep_edges else None)
+                    (before, placed.debug) if keep_edges else None,
+                    quantized.decided if isinstance(quantized.decided, Plan) else None)

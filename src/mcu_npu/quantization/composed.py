@@ -44,6 +44,10 @@ Planner = Callable[[GraphModule, Target, PlanOptions], Plan]
 """Makes the plan of an ATen graph (``mcu_npu.flow.place.plan``: the placement trial)."""
 
 
+class PlanMismatch(ConfigError):
+    """A ``TargetQuantizer`` without a planner was given a plan made for another graph."""
+
+
 class TargetQuantizer(Quantizer):
     """Composition of the NPU quantizer and the Cortex-M quantizer for one target.
 
@@ -100,8 +104,8 @@ class TargetQuantizer(Quantizer):
         if self.plan is not None and self.plan.made_for(model):
             return self.plan
         if self.planner is None:
-            raise ConfigError("the quantizer has no plan for this graph: give it the graph's "
-                              "plan (plan=) or a planner (planner=mcu_npu.flow.place.plan)")
+            raise PlanMismatch("the quantizer has no plan for this graph: give it the graph's "
+                               "plan (plan=) or a planner (planner=mcu_npu.flow.place.plan)")
         return self.planner(model, self.target, self.options)
 
     def annotate(self, model: GraphModule) -> GraphModule:
