@@ -173,7 +173,8 @@ def _dropout(node: Node):
     return None if train is not False else (aten.clone.default, (node.args[0],), {})
 
 
-def _flatten(node: Node):
+def _view_of_contiguous(node: Node):
+    """``flatten`` or ``reshape_as`` of a contiguous tensor: a ``view`` to the output shape."""
     x = node.args[0].meta.get("val") if isinstance(node.args[0], Node) else None
     shape = _shape(node)
     if shape is None or not isinstance(x, torch.Tensor) or not x.is_contiguous():
@@ -195,14 +196,6 @@ def _conv(transposed: bool):
             a.input, a.weight, a.bias, expand(a.stride), expand(a.padding),
             expand(a.dilation), transposed, out_pad, a.groups), {}
     return rewrite
-
-
-def _reshape_as(node: Node):
-    x = node.args[0].meta.get("val") if isinstance(node.args[0], Node) else None
-    shape = _shape(node)
-    if shape is None or not isinstance(x, torch.Tensor) or not x.is_contiguous():
-        return None
-    return aten.view.default, (node.args[0], shape), {}
 
 
 def _expand_as(node: Node):
@@ -255,12 +248,12 @@ _REWRITES = {
     aten.softmax.int: _softmax,
     aten.contiguous.default: _contiguous,
     aten.dropout.default: _dropout,
-    aten.flatten.using_ints: _flatten,
+    aten.flatten.using_ints: _view_of_contiguous,
     aten.conv1d.default: _conv(False),
     aten.conv2d.default: _conv(False),
     aten.conv_transpose1d.default: _conv(True),
     aten.conv_transpose2d.input: _conv(True),
-    aten.reshape_as.default: _reshape_as,
+    aten.reshape_as.default: _view_of_contiguous,
     aten.expand_as.default: _expand_as,
     aten.pad.default: _pad,
     aten.adaptive_avg_pool2d.default: _adaptive_avg_pool2d,

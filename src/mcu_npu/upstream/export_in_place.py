@@ -27,8 +27,9 @@ from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
 from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec,
                                           OutputKind, OutputSpec, TensorArgument)
 from torch.fx import GraphModule
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.utils import _pytree as pytree
+
+from ..graph.fake_values import propagate
 
 _KEPT_META = ("stack_trace", "custom")
 """What export carries from a node to the node it traces it into (``custom`` holds the
@@ -143,7 +144,7 @@ def _propagate(gm: GraphModule, inputs: list[torch.Tensor]) -> bool:
     with fake_mode:
         fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in inputs]
     try:
-        FakeTensorProp(gm, fake_mode).propagate_dont_convert_inputs(*fakes)
+        propagate(gm, fake_mode, *fakes)
     except Exception:  # an op fake tensors cannot run: leave it to the trace
         return False
     gm.graph.output_node().meta.pop("val", None)

@@ -17,7 +17,8 @@ import torch
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from ...graph.fake_values import propagate
 
 
 class RefreshStrides(ExportedProgramPassBase):
@@ -32,7 +33,7 @@ class RefreshStrides(ExportedProgramPassBase):
         if mode is None:
             return ExportedProgramPassResult(program, False)
         with mode:
-            FakeTensorProp(graph_module, mode).propagate_dont_convert_inputs(*values)
+            propagate(graph_module, mode, *values)
         changed = any(_strides(n.meta.get("val")) != s for n, s in before.items())
         return ExportedProgramPassResult(program, changed)
 
