@@ -20,15 +20,27 @@ MLPERF_COMPILERS = {"imxrt700": "reference", "corstone-300": "auto", "corstone-3
 @functools.lru_cache(maxsize=None)
 def mlperf(name: str, target: str):
     """(model, compiled program, 12 held-out input tuples) of MLPerf Tiny model ``name`` on
-    ``target``, calibrated on 16 random inputs."""
+    ``target``, calibrated on ``mlperf_calibration(name)``."""
     torch.manual_seed(0)
     model, inputs = MLPERF[name]()
-    g = torch.Generator().manual_seed(0)
-    calibration = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(16)]
+    calibration, tests = _mlperf_samples(inputs)
     prog = mcu_npu.compile(model, inputs, target=target, calibration=calibration,
                            npu_compiler=MLPERF_COMPILERS[target])
-    tests = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(12)]
     return model, prog, tests
+
+
+def mlperf_calibration(name: str) -> list[tuple]:
+    """The 16 random input tuples ``mlperf(name, ...)`` calibrates on."""
+    torch.manual_seed(0)
+    return _mlperf_samples(MLPERF[name]()[1])[0]
+
+
+def _mlperf_samples(inputs) -> tuple[list, list]:
+    """(16 calibration tuples, 12 held-out tuples) shaped as ``inputs``."""
+    g = torch.Generator().manual_seed(0)
+    calibration = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(16)]
+    tests = [tuple(torch.randn(x.shape, generator=g) for x in inputs) for _ in range(12)]
+    return calibration, tests
 
 
 class KeywordSpotter(nn.Module):

@@ -22,7 +22,9 @@ from mcu_npu.recipes import (
 )
 from mcu_npu.runtime import load_program
 
+import model_compiles
 from helpers import MixedNpuCpu, assert_loads_in_executorch, calibration_set, fit
+from model_compiles import same_compile
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
@@ -74,14 +76,15 @@ def test_recipe_equals_compile_with_cortex_m_fallback():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=same_compile("mlperf", name, "imxrt700"))
+                                  for name in sorted(MODELS)])
 def test_recipe_equals_compile_on_mlperf_tiny(name):
-    model, example = MODELS[name]()
-    samples = calibration_set(example, n=4, seed=1)
-    prog = mcu_npu.compile(model, samples[0], calibration=samples)
+    model, prog, tests = model_compiles.mlperf(name, "imxrt700")  # the shared compile
+    samples = model_compiles.mlperf_calibration(name)
     assert_loads_in_executorch(prog.buffer, samples[0], prog.run(*samples[0]))
-    program = _recipe_program(model, samples, get_imxrt700_recipe())
-    _assert_same_outputs(prog, program, samples)
+    compiler = model_compiles.MLPERF_COMPILERS["imxrt700"]
+    program = _recipe_program(model, samples, get_imxrt700_recipe(npu_compiler=compiler))
+    _assert_same_outputs(prog, program, samples[:4] + tests[:4])
 
 
 @pytest.mark.slow
