@@ -37,10 +37,10 @@ from ..errors import ConfigError
 from ..graph.ids import node_id
 from ..graph.macs import node_macs
 from ..targets import Target, get_target
-from .propose import is_pass_through, propose, refine
+from .propose import is_pass_through, settle
 from .placement import Placement
 from .subgraph import nearest_upstream
-from .support import Rejection, SupportAnalysis, Verdict
+from .support import Rejection, Verdict
 
 
 @dataclass(frozen=True)
@@ -175,9 +175,8 @@ def plan_program(program, target, options: PlanOptions = PlanOptions(),
     if placement is None:
         placement = Placement.from_program(program)
     excluded = options.operators_not_to_delegate
-    rejected = refine(program, target, excluded, options.npu_compiler, placement, rejected)
-    analysis = SupportAnalysis(program, target, excluded, rejected, placement)
-    groups = propose(program, analysis)
+    rejected, analysis, groups = settle(program, target, excluded, options.npu_compiler,
+                                        placement, rejected)
     where = {n: k for k, group in enumerate(groups) for n in group}
     nodes = tuple(NodePlan(n.name, v.op, node_id(n), _why_left(n, v, where), where.get(n),
                            node_macs(n), _compute_inputs(n, analysis.verdicts),

@@ -211,13 +211,22 @@ def refine(program: ExportedProgram, target: Target, excluded: Iterable[str] = (
     are fake, so plan the Edge program before ``to_backend`` (``partition.plan``;
     ``mcu_npu.compile`` does).
     """
+    return settle(program, target, excluded, npu_compiler, placement, rejected)[0]
+
+
+def settle(program: ExportedProgram, target: Target, excluded: Iterable[str] = (),
+           npu_compiler: str = "auto", placement=None,
+           rejected: Mapping[str, Rejection] | None = None):
+    """``refine``'s rounds: (the nodes moved to the CPU and why, the support analysis and
+    the groups of the last round, in which every partition converted)."""
     uses_vendor = npu_compiler in ("auto", target.npu.vendor_compiler)
     check = compiler_check(target) if uses_vendor else None
     rejected = dict(rejected or {})
     while True:
         analysis = SupportAnalysis(program, target, excluded, rejected, placement)
+        groups = propose(program, analysis)
         found: dict[str, Rejection] = {}
-        for group in propose(program, analysis):
+        for group in groups:
             view = partition_view(program, group)
             if any(isinstance(t, FakeTensor) for t in view.state_dict.values()):
                 if check is None:  # converted with real weights when delegated
@@ -229,7 +238,7 @@ def refine(program: ExportedProgram, target: Target, excluded: Iterable[str] = (
             found.update(group_rejections(view, group, analysis, target, check,
                                           program=program))
         if not found:
-            return rejected
+            return rejected, analysis, groups
         rejected.update(found)
 
 
