@@ -212,9 +212,12 @@ def _pad(node: Node):
 
 
 def _adaptive_avg_pool2d(node: Node):
-    x, size = node.args[0], list(node.args[1])
+    a = bind(node)
+    x, size = a.self, a.output_size
+    size = [size, size] if isinstance(size, int) else list(size or ())
     val = x.meta.get("val") if isinstance(x, Node) else None
-    if not isinstance(val, torch.Tensor) or not all(isinstance(s, int) for s in size):
+    if not isinstance(val, torch.Tensor) or len(size) != 2 or \
+            not all(isinstance(s, int) for s in size):
         return None
     if size != [1, 1]:
         return aten._adaptive_avg_pool2d.default, (x, size), {}
