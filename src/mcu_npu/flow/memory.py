@@ -180,7 +180,7 @@ def place(edge, decided: Plan, target: Target, memory: str, io: str, precision,
                                    "why": "asked for", "tried": [chosen.row()]}
         return chosen
     order = [p for p in _AUTO_ORDER if p in target.placements]
-    if order[:2] == ["sram", "flash"] and _constant_bytes(edge) > _program_room(target):
+    if order[:2] == ["sram", "flash"] and _too_large_for(edge, target.placed("sram")):
         order[:2] = ["flash", "sram"]
     with stage(f"placing the program in {order[0]}"):
         first = lower_placed(edge, decided, target.placed(order[0]), io, precision, choice)
@@ -219,15 +219,17 @@ def place(edge, decided: Plan, target: Target, memory: str, io: str, precision,
     return chosen
 
 
+def _too_large_for(edge, target: Target) -> bool:
+    """The constants of Edge program ``edge`` alone exceed the region ``target`` keeps the
+    program in (False where that region's size is the board's choice)."""
+    region = target.region_for("program")
+    return region is not None and region.size_bytes is not None \
+        and _constant_bytes(edge) > region.size_bytes
+
+
 def _constant_bytes(edge) -> int:
     """Bytes of the constants (weights, biases, quantization tables) of the Edge program
     ``edge``: what any placement must store, before the NPU compiler packs its share."""
     ep = edge.exported_program()
     tensors = [*ep.state_dict.values(), *ep.constants.values()]
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
-
-
-def _program_room(target: Target) -> int:
-    """Bytes of the region holding the program when ``target`` places it in ``sram``."""
-    region = target.placed("sram").region_for("program")
-    return region.size_bytes if region is not None and region.size_bytes else 1 << 62
