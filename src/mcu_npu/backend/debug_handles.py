@@ -32,6 +32,20 @@ def delegate_debug_map(partition: ExportedProgram, tflite: bytes,
     it describes this graph) and the node its output tensor is named after (an activation
     fused into it). ``compute``: names of the partition's compute nodes, each of which the
     map covers."""
+    groups = npu_op_nodes(partition, tflite, op_origins, compute)
+    builder = DelegateMappingBuilder(generated_identifiers=False)
+    for op in npu_ops(tflite):
+        nodes = groups.get(op.index, [])
+        if any(n.meta.get("debug_handle") is not None for n in nodes):
+            builder.insert_delegate_mapping_entry(nodes=nodes, identifier=op.identifier)
+    return builder.get_delegate_mapping()
+
+
+def npu_op_nodes(partition: ExportedProgram, tflite: bytes, op_origins: tuple[str, ...] = (),
+                 compute: tuple[str, ...] = ()) -> dict[int, list[Node]]:
+    """Index of each NPU operator of ``tflite`` -> the Edge nodes of ``partition`` it
+    computes (sorted by name), as ``delegate_debug_map`` maps them; an operator the
+    converter added around another has none."""
     by_name = {n.name: n for n in partition.graph.nodes if n.op == "call_function"}
     ops = npu_ops(tflite)
     groups: dict[int, set[Node]] = {}
@@ -57,12 +71,7 @@ def delegate_debug_map(partition: ExportedProgram, tflite: bytes,
         if k is not None:
             groups[k].add(node)
             owner[node] = k
-    builder = DelegateMappingBuilder(generated_identifiers=False)
-    for op in ops:
-        nodes = sorted(groups.get(op.index, ()), key=lambda n: n.name)
-        if any(n.meta.get("debug_handle") is not None for n in nodes):
-            builder.insert_delegate_mapping_entry(nodes=nodes, identifier=op.identifier)
-    return builder.get_delegate_mapping()
+    return {k: sorted(nodes, key=lambda n: n.name) for k, nodes in groups.items()}
 
 
 def _nearest_owner(node: Node, owner: dict[Node, int]) -> int | None:

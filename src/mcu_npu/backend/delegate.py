@@ -26,10 +26,11 @@ from ..errors import (ConfigError, ConversionError, McuNpuError, NpuCompilerErro
                      PartitionError, first_line)
 from ..npu.compilers import get_compiler
 from ..device.payload import HOST_DATA_TAG, host_graph_key, unpack_reference
-from .debug_handles import delegate_debug_map
+from .debug_handles import delegate_debug_map, npu_op_nodes
 from ..targets import NpuKind, get_target
 from ..tflite import convert
 from ..tflite.describe import op_names
+from ..graph.ids import node_id
 
 
 def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
@@ -46,14 +47,16 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
     except Exception as exc:  # noqa: BLE001  (a vendor compiler raises any type)
         raise PartitionError(f"{type(exc).__name__}: {first_line(exc)}",
                              nodes=compute_nodes(edge_program)) from exc
+    host = host_graph_of(artifact).buffer
+    op_nodes = npu_op_nodes(edge_program, host, model.op_origins, compute_nodes(edge_program))
     info = {
         "compiler": artifact.compiler,
-        "stats": dict(artifact.stats),
+        "stats": op_cycles(dict(artifact.stats), op_nodes),
         "tflite_ops": op_names(model.buffer),
         "tflite_bytes": len(model.buffer),
     }
-    debug_map = delegate_debug_map(edge_program, host_graph_of(artifact).buffer,
-                                   model.op_origins, compute_nodes(edge_program))
+    debug_map = delegate_debug_map(edge_program, host, model.op_origins,
+                                   compute_nodes(edge_program))
     store = None
     if artifact.host_graph is not None:
         named = NamedDataStore()
@@ -62,6 +65,31 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
         store = named.get_named_data_store_output()
     return PreprocessResult(processed_bytes=artifact.payload, data_store_output=store,
                             debug_handle_map=debug_map, _delegate_info_meta=info)
+
+
+def op_cycles(stats: dict, op_nodes: dict) -> dict:
+    """``stats`` with the NPU compiler's per-layer cycles (``layer_cycles``: TFLite operator
+    index -> cycles) given per compute op: ``op_cycles`` (ATen node id -> cycles, the first
+    op of an operator taking its cycles, an op fused into it none) and ``other_cycles``
+    (operators the converter added: boundary transposes, reshapes)."""
+    layers = stats.pop("layer_cycles", None)
+    if not layers:
+        return stats
+    per_op: dict[str, int] = {}
+    other = 0
+    for index, cycles in sorted(layers.items()):
+        nodes = op_nodes.get(index, [])  # sorted by name; the graph's order puts the op
+        if nodes:                          # first and an activation fused after it later
+            order = {n: i for i, n in enumerate(nodes[0].graph.nodes)}
+            nodes = sorted(nodes, key=order.get)
+        idents = [i for i in dict.fromkeys(map(node_id, nodes)) if i]
+        if idents:
+            per_op[idents[0]] = per_op.get(idents[0], 0) + cycles
+            for ident in idents[1:]:
+                per_op.setdefault(ident, 0)
+        else:
+            other += cycles
+    return {**stats, "op_cycles": per_op, "other_cycles": other}
 
 
 def host_graph_of(artifact):

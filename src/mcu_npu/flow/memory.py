@@ -36,7 +36,7 @@ from ..report.memory import memory_report
 from ..targets import Target
 from .int8_io import int8_io
 from .lower import lower
-from .report import write_report
+from .report import op_facts, write_report
 from .serialize import serialize
 
 
@@ -81,9 +81,10 @@ class Lowered:
 
 def lower_placed(edge, decided: Plan, target: Target, io: str, precision, choice) -> Lowered:
     """``edge`` lowered, given int8 I/O, reported and serialized for ``target`` (placed)."""
+    facts = op_facts(edge)  # before lowering: the delegates keep only their interfaces
     edge, decided = lower(edge, replace(decided, target=target), target)
     edge, io_params = int8_io(edge, io)
-    report = write_report(decided, edge, target, io_params, precision, choice)
+    report = write_report(decided, edge, target, io_params, precision, choice, facts)
     buffer, host_data, debug = serialize(edge)
     with stage("checking the program against the target's memory"):
         memory = memory_report(buffer, target, report)

@@ -10,6 +10,7 @@ from ..backend.cortex_m import cortex_m_core, is_cortex_m
 from ..errors import stage
 from ..firmware.deployability import HOST_ONLY_COMPILER, edge_payloads, versions_record
 from ..graph.ids import node_id
+from ..graph.module_names import layer_name
 from ..partition.plan import Plan
 from ..quantization.precision import PrecisionChoice, PrecisionRequest
 from ..report import OpPlacement, PartitionInfo, Report
@@ -23,11 +24,12 @@ _ACTIVATION_UNIT_OPS = ("aten.sigmoid", "aten.tanh")
 
 
 def write_report(decided: Plan, edge, target, io_params: dict, precision: PrecisionRequest,
-                 choice: PrecisionChoice | None) -> Report:
+                 choice: PrecisionChoice | None, facts: dict | None = None) -> Report:
     """The stage: ``build_report``, with the program's int8 I/O parameters, the precision
-    asked for and what stayed int8, and the latency estimate on ``target``."""
+    asked for and what stayed int8, and the latency estimate on ``target``; ``facts``: the
+    ops' layer names and shapes (``op_facts`` of the program before lowering)."""
     with stage("writing the compile report"):
-        report = build_report(decided, edge)
+        report = build_report(decided, edge, facts)
         report.io = io_params
         if not precision.all_int8:
             report.precision = {"request": precision.to_json(),
@@ -41,16 +43,20 @@ def write_report(decided: Plan, edge, target, io_params: dict, precision: Precis
     return report
 
 
-def build_report(plan: Plan, edge) -> Report:
+def build_report(plan: Plan, edge, facts: dict | None = None) -> Report:
     """Placement of every compute op (``plan``, the plan ``edge`` was lowered with) and the
-    per-partition compiler output."""
+    per-partition compiler output; ``facts`` as ``op_facts`` gives them (by default, of
+    ``edge``)."""
     infos = _delegate_infos(edge)
     cpu_kernels = _cpu_kernels(edge) if cortex_m_core(plan.target) else {}
+    facts = op_facts(edge) if facts is None else facts
     ops = []
     for n in plan.nodes:
+        layer, ins, out = facts.get(n.ident, ("", (), ()))
         if n.partition is not None:
             ops.append(OpPlacement(n.node, n.op, f"NPU partition {n.partition}", "npu", "",
-                                   n.macs, n.inputs, n.ident, _BITS.get(n.bits, "")))
+                                   n.macs, n.inputs, n.ident, _BITS.get(n.bits, ""),
+                                   layer, ins, out))
             continue
         reason = n.verdict.reason or "its neighbours left no NPU partition worth making"
         if n.ident in plan.portable:
@@ -60,7 +66,8 @@ def build_report(plan: Plan, edge) -> Report:
                                "portable" if kernel in ("float", "int8") else "cortex-m",
                                reason, n.macs, n.inputs, n.ident,
                                "" if kernel == "float" else
-                               _BITS.get(8 if kernel == "cortex-m" else n.bits, "")))
+                               _BITS.get(8 if kernel == "cortex-m" else n.bits, ""),
+                               layer, ins, out))
     parts = [
         PartitionInfo(k, list(names), info.get("compiler", "?"), info.get("tflite_ops", []),
                       info.get("stats", {}))
@@ -69,7 +76,7 @@ def build_report(plan: Plan, edge) -> Report:
     compilers = sorted({p.compiler for p in parts}) or ["none"]
     notes = [n for info in infos for n in info.get("notes", [])]
     return Report(plan.target.name, "+".join(compilers), ops, parts, notes=notes,
-                  host_only=HOST_ONLY_COMPILER in compilers,
+                  host_only=HOST_ONLY_COMPILER in compilers, program_io=program_io(edge),
                   versions=versions_record(plan.target, [c for c in compilers if c != "none"],
                                            edge_payloads(edge)))
 
@@ -118,3 +125,74 @@ def _delegate_infos(edge) -> list[dict]:
             lowered = getattr(gm, node.args[0].target)
             infos.append(lowered.meta.get("_delegate_info_meta", {}))
     return infos
+
+
+# layer names and shapes -------------------------------------------------------------------
+_QDQ = ("quantize_per", "dequantize_per")
+
+
+def op_facts(edge) -> dict[str, tuple[str, tuple, tuple]]:
+    """ATen node id -> (the model's layer name, the shapes of the activations the op reads,
+    its output shape), from the lowered Edge program and its delegates' graphs."""
+    facts: dict[str, tuple[str, tuple, tuple]] = {}
+    for ep in _programs(edge.exported_program()):
+        user_inputs = set(ep.graph_signature.user_inputs)
+        for n in ep.graph.nodes:
+            ident = node_id(n) if n.op == "call_function" else None
+            if ident is None or any(q in str(n.target) for q in _QDQ):
+                continue
+            if ident not in facts:  # the first node of the op: what it reads
+                ins = tuple(s for s in (_activation_shape(a, user_inputs)
+                                        for a in n.all_input_nodes) if s is not None)
+                facts[ident] = (layer_name(n), ins, ())
+            layer, ins, _ = facts[ident]
+            facts[ident] = (layer or layer_name(n), ins, _shape(n))  # the last: its result
+    return facts
+
+
+def _programs(ep):
+    """``ep`` and the Edge programs of its delegates (what each NPU partition was made of)."""
+    out = [ep]
+    gm = ep.graph_module
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and "executorch_call_delegate" in str(node.target):
+            lowered = getattr(gm, node.args[0].target)
+            if getattr(lowered, "original_module", None) is not None:
+                out.append(lowered.original_module)
+    return out
+
+
+def _activation_shape(arg, user_inputs: set) -> tuple | None:
+    """The shape of an activation ``arg`` carries (through quantize / dequantize), None for
+    a weight or constant."""
+    source = arg
+    while source.op == "call_function" and any(q in str(source.target) for q in _QDQ) \
+            and source.all_input_nodes:
+        source = source.all_input_nodes[0]
+    if source.op == "get_attr" or (source.op == "placeholder" and source.name not in
+                                   user_inputs):
+        return None
+    return _shape(arg) or None
+
+
+def _shape(n) -> tuple:
+    val = n.meta.get("val")
+    return tuple(int(d) for d in val.shape) if isinstance(val, torch.Tensor) else ()
+
+
+def program_io(edge) -> dict:
+    """The program's inputs and outputs: name, shape and dtype of each tensor."""
+    ep = edge.exported_program()
+    nodes = {n.name: n for n in ep.graph.nodes}
+    (out,) = [n for n in ep.graph.nodes if n.op == "output"]
+
+    def entry(name, n):
+        val = n.meta.get("val") if n is not None else None
+        if not isinstance(val, torch.Tensor):
+            return {"name": name, "shape": [], "dtype": type(val).__name__}
+        return {"name": name, "shape": list(val.shape), "dtype": str(val.dtype).split(".")[-1]}
+
+    outputs = [a for a in torch.utils._pytree.tree_leaves(out.args[0])]
+    return {"inputs": [entry(name, nodes.get(name)) for name in ep.graph_signature.user_inputs],
+            "outputs": [entry(getattr(a, "name", str(a)), a if hasattr(a, "meta") else None)
+                        for a in outputs]}

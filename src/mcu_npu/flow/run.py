@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 from torch.fx import GraphModule
 
+from ..graph.module_names import module_meta, restore_module_meta
 from ..partition.plan import Plan
 from ..quantization.precision import PrecisionRequest
 from ..report import Report
@@ -60,7 +61,9 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                            memory)
     float_model = model.eval() if isinstance(model, torch.nn.Module) else model
     graph = rewrite(export(float_model, args.example_inputs), args.target)
+    names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
     quantized = quantize_model(graph, args, precision, train_fn, progress, plan)
+    restore_module_meta(quantized.edge.exported_program().graph_module, names)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
     before = copy.deepcopy(quantized.edge) if keep_edges else None
     placed = place(quantized.edge, decided, args.target, args.memory, args.io, precision,

@@ -44,7 +44,30 @@ def vela_stats(compiled, call: VelaCall, payload_size: int) -> dict:
     if report.macCount:
         stats["mac_bound_ratio"] = round(
             report.npuCycles / (report.macCount / call.macs_per_cycle), 3)
+    layers = layer_cycles(compiled)
+    if layers:
+        stats["layer_cycles"] = layers
     return stats
+
+
+def layer_cycles(compiled) -> dict[int, int]:
+    """Vela's per-layer cycles (its ``--verbose-performance`` table): index of the operator
+    in the TFLite graph compiled -> the cycles of the NPU operations made from it; empty
+    when Vela ran without its database (``enable_db``)."""
+    tables = compiled.opt_database.tables if compiled.opt_database is not None else {}
+    if "perf" not in tables or "source" not in tables:
+        return {}
+    source = tables["source"]
+    index = {row[source.header.index("id")]: int(row[source.header.index("ext_key")])
+             for row in source.data}
+    perf = tables["perf"]
+    at_source, at_cycles = perf.header.index("source_id"), perf.header.index("op_cycles")
+    out: dict[int, int] = {}
+    for row in perf.data:
+        op = index.get(row[at_source])
+        if op is not None and row[at_cycles]:
+            out[op] = out.get(op, 0) + int(float(row[at_cycles]))
+    return out
 
 
 def payload_fields(compiled) -> bin_stream.VelaBinStream:
@@ -89,7 +112,8 @@ class VelaCompiler:
         if target.npu.kind is not NpuKind.ETHOS_U or target.npu.vela is None:
             raise NpuCompilerError(f"target {target.name!r} has a {target.npu.kind} NPU; Vela "
                                    "compiles for Arm Ethos-U only", tool=TOOL)
-        call = build_call(architecture(target.npu.vela, self.options), self.options)
+        call = build_call(architecture(target.npu.vela, self.options), self.options,
+                          enable_db=True)  # the per-layer cycles (layer_cycles)
         model = own_concat_inputs(model)  # the graph Vela compiles is the one the host runs
         try:
             compiled, _ = run_vela(call, model.buffer)

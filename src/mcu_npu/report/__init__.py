@@ -80,10 +80,18 @@ class OpPlacement:
     float model's and the quantized reference's nodes (per-layer error)."""
     precision: str = ""
     """The integer type of the op's output activations, "int8" or "int16" ("" when float)."""
+    layer: str = ""
+    """The model's name of the module the op was called in (``features.3.conv.0``, from
+    ``nn_module_stack``); "" for an op of the model's own ``forward``."""
+    input_shapes: tuple = ()
+    """The shapes of the activations the op reads (weights and constants left out)."""
+    output_shape: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "kernel", Kernel(self.kernel))  # ValueError when unknown
         object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "input_shapes", tuple(tuple(s) for s in self.input_shapes))
+        object.__setattr__(self, "output_shape", tuple(self.output_shape))
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,9 @@ class Report:
     """Where the program lives (``flow.memory``): ``memory`` the placement, ``asked``
     ("auto" or the placement asked for), ``why`` it was chosen and ``tried``: each
     placement considered, with its latency, its need per region and whether it fits."""
+    program_io: dict = field(default_factory=dict)
+    """The program's inputs and outputs as the firmware sees them, whatever ``io``:
+    ``{"inputs": [{"name", "shape", "dtype"}], "outputs": [...]}``."""
     device_only: bool = False
     """Read from the device program alone (its companion file absent): no per-op placement,
     accuracy, latency or per-layer error, only what the program holds."""
@@ -175,6 +186,7 @@ class Report:
             "kernel_problems": self.kernel_problems,
             "memory": self.memory, "latency": self.latency, "layers": self.layers,
             "precision": self.precision, "placement": self.placement,
+            "program_io": self.program_io,
             "summary": self.summary,
             **({"device_only": True} if self.device_only else {}),
         }
@@ -194,7 +206,8 @@ class Report:
             kernels=d.get("kernels") or [], kernel_problems=d.get("kernel_problems") or [],
             memory=d.get("memory") or {}, latency=d.get("latency") or {},
             layers=d.get("layers") or [], precision=d.get("precision") or {},
-            placement=d.get("placement") or {}, device_only=bool(d.get("device_only", False)),
+            placement=d.get("placement") or {}, program_io=d.get("program_io") or {},
+            device_only=bool(d.get("device_only", False)),
         )
 
     def to_html(self) -> str:

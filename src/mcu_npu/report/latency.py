@@ -78,10 +78,41 @@ def estimate_latency(program, target, report) -> dict:
                             for r in rows),
         "method": _method(core, target),
         "rows": rows,
+        "npu_ops": npu_op_times(report, target),
     }
     if skipped:
         result["not_estimated"] = skipped
     return result
+
+
+VELA_LAYER_BASIS = "Vela's per-layer cycles (estimate)"
+PEAK_BASIS = "MACs at the NPU's peak MACs per cycle (a lower bound, no per-layer figure)"
+
+
+def npu_op_times(report, target) -> dict:
+    """Per NPU compute op: ``{node: {"cycles", "us", "basis"}}``. Vela's per-layer cycles
+    where Vela compiled the partition (an op fused into the operator before it: 0; cycles
+    of operators the converter added, such as boundary transposes, are the partition's
+    ``other_cycles``), else the op's MACs at the NPU's peak (``PEAK_BASIS``)."""
+    by_ident = {o.ident: o for o in report.ops if o.kernel == "npu"}
+    out: dict[str, dict] = {}
+    for p in report.partitions:
+        cycles = p.stats.get("op_cycles")
+        clock = p.stats.get("clock_hz") or target.npu.clock_hz
+        if not isinstance(cycles, dict):
+            continue
+        for ident, c in cycles.items():
+            op = by_ident.get(ident)
+            if op is not None:
+                out[op.node] = {"cycles": int(c), "us": round(c / clock * 1e6, _DECIMALS),
+                                "basis": VELA_LAYER_BASIS}
+    for op in by_ident.values():
+        if op.node not in out and op.macs:
+            c = op.macs / target.npu.macs_per_cycle
+            out[op.node] = {"cycles": int(math.ceil(c)),
+                            "us": round(c / target.npu.clock_hz * 1e6, _DECIMALS),
+                            "basis": PEAK_BASIS}
+    return out
 
 
 def _method(core: CoreModel | None, target) -> str:
