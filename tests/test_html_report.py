@@ -104,7 +104,7 @@ def test_missing_and_partial_sections(compiled):
     assert page.count('class="transpose"') == 2
     assert "transpose: npu partition 1 input 0" in page
     assert "does not fit" in page and "over by 200 B" in page and "margin 3,996 B" in page
-    assert "weights 60 B" in page and "ram_peak_bytes" in page
+    assert "weights 60 B" in page and "ram peak bytes" in page  # keys read as words
     assert len(ops) == len(layers(ops))
 
 

@@ -236,10 +236,20 @@ class Report:
         lines += self._latency_lines()
         for key, value in self.accuracy.items():
             lines.append(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}")
+        from .advice import accuracy_warning, latency_advice
+        from .html import op_shapes, op_times
+
+        warning = accuracy_warning(self.accuracy)
+        lines += [f"WARNING: {warning}"] if warning else []
+        lines += [f"what to do: {line}" for line in latency_advice(self)]
         lines += self._precision_lines()
         mixed = "int16_ops" in s
-        rows = [("node", "op", "runs on", *(("bits",) if mixed else ()), "why not on the NPU")]
-        rows += [(o.node, o.op, o.placement, *((o.precision,) if mixed else ()), o.reason)
+        times = op_times(self)
+        rows = [("layer", "node", "op", "runs on", *(("bits",) if mixed else ()),
+                 "shapes (in -> out)", "est. us", "why not on the NPU")]
+        rows += [(o.layer or "(forward)", o.node, o.op, o.placement,
+                  *((o.precision,) if mixed else ()), op_shapes(o).replace("\u2192", "->"),
+                  f"{times[o.node][0]:,.2f}" if o.node in times else "", o.reason)
                  for o in self.ops]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         lines.append("")

@@ -13,6 +13,7 @@ import json
 from html import escape
 
 from . import placement_svg as graph
+from .advice import accuracy_warning, latency_advice
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
@@ -23,6 +24,9 @@ h1{font-size:22px;margin:4px 0 2px}h2{font-size:17px;margin:28px 0 8px;border-bo
 .sub{color:#4b5563;margin-bottom:10px}.muted{color:#6b7280}
 .warn{background:#fde8e8;border:1px solid #e11d48;color:#9f1239;padding:8px 12px;border-radius:6px;
  font-weight:600;margin:10px 0}
+.advice{background:#fff8e1;border:1px solid #d97706;color:#7c2d12;padding:8px 12px;
+ border-radius:6px;margin:10px 0}.advice b{color:#9a3412}
+.card.bad{border:2px solid #e11d48;background:#fde8e8}.card.bad .v{color:#be123c}
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}
 .card{background:#fff;border:1px solid #d8dce3;border-radius:8px;padding:8px 14px;min-width:150px}
 .card .k{font-size:12px;color:#6b7280}.card .v{font-size:20px;font-weight:650}
@@ -53,11 +57,11 @@ OTHER_COLOUR = "#6b7280"
 def render_html(report) -> str:
     """The whole page for ``report`` (a ``Report``)."""
     s = report.summary
-    body = [_header(report, s), _graph_section(report), _latency_section(report.latency),
+    body = [_header(report, s), _graph_section(report), _latency_section(report.latency, report),
             _memory_section(report.memory, getattr(report, "placement", None) or {}),
             _layers_section(getattr(report, "layers", [])),
             _precision_section(report), _ops_section(report), _partitions_section(report),
-            _io_section(report.io), _notes_section(report), _kernels_section(report.kernels),
+            _io_section(report.io, getattr(report, "program_io", None)), _notes_section(report), _kernels_section(report.kernels),
             _versions_section(report.versions)]
     title = f"mcu-npu report: {report.target}"
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -96,9 +100,9 @@ def _us(value) -> str:
     return f"{value:,.1f} \u00b5s" if isinstance(value, (int, float)) else escape(str(value))
 
 
-def _card(key: str, value: str, detail: str = "") -> str:
+def _card(key: str, value: str, detail: str = "", bad: bool = False) -> str:
     d = f'<div class="d">{escape(detail)}</div>' if detail else ""
-    return (f'<div class="card"><div class="k">{escape(key)}</div>'
+    return (f'<div class="card{" bad" if bad else ""}"><div class="k">{escape(key)}</div>'
             f'<div class="v">{escape(value)}</div>{d}</div>')
 
 
@@ -144,8 +148,41 @@ _BYTE_KEYS = {"program", "constants", "npu_payloads", "npu_weights", "npu_comman
 """Keys of ``memory["flash"]`` and ``memory["ram"]`` that are byte counts."""
 
 
+LABELS = {
+    "program": "program (.pte)", "constants": "CPU kernels' constants",
+    "npu_payloads": "NPU payloads", "npu_weights": "NPU weights",
+    "npu_commands": "NPU command streams", "named_data": "named data",
+    "tables": "program tables", "planned": "planned memory pools",
+    "planned_total": "planned memory", "inputs": "program inputs",
+    "outputs": "program outputs", "io_planned": "inputs and outputs in planned memory",
+    "npu_scratch": "NPU scratch", "npu_scratch_estimated": "NPU scratch is an estimate",
+    "method_allocator": "method allocator (estimate)", "peak": "peak RAM",
+    "flash_bytes": "flash needed", "ram_bytes": "RAM needed", "memory_fits": "fits",
+    "tightest_region": "tightest region", "tightest_margin_bytes": "margin there",
+    "npu_clock_hz": "NPU clock", "cpu_clock_hz": "CPU clock", "cpu_core": "CPU core",
+    "npu_is_bound": "NPU figure is a lower bound", "method": "how it is estimated",
+    "fast_scratch": "NPU fast scratch", "other": "other", "npu_reads_program":
+    "NPU reads the program in place", "sqnr_db": "SQNR (dB)",
+    "reference_sqnr_db": "quantized reference SQNR (dB)",
+}
+"""Human names of the report's keys (a key without one is shown with spaces)."""
+
+
+def label(key) -> str:
+    key = str(key)
+    return LABELS.get(key, key.replace("_", " "))
+
+
 def _kv_table(pairs) -> str:
-    return _table(("figure", "value"), [(k, _figure(k, v)) for k, v in pairs], cls="kv")
+    return _table(("figure", "value"), [(label(k), _pool_list(v) if k == "planned" and
+                                         isinstance(v, list) else _figure(k, v))
+                                        for k, v in pairs], cls="kv")
+
+
+def _pool_list(pools: list) -> str:
+    """ExecuTorch's planned pools (pool 0 is reserved, always empty) as text."""
+    shown = [f"pool {i}: {_bytes(b)}" for i, b in enumerate(pools) if i or b]
+    return "; ".join(shown) or "none"
 
 
 def _runs_on_class(text) -> str:
@@ -180,9 +217,10 @@ def _header(report, s: dict) -> str:
     acc = report.accuracy or {}
     if isinstance(acc.get("sqnr_db"), (int, float)):
         ref = acc.get("reference_sqnr_db")
-        cards.append(_card("SQNR", f"{acc['sqnr_db']:.2f} dB",
+        cards.append(_card("SQNR (against the float model)", f"{acc['sqnr_db']:.2f} dB",
                            f"quantized reference {ref:.2f} dB"
-                           if isinstance(ref, (int, float)) else "program vs float model"))
+                           if isinstance(ref, (int, float)) else "program vs float model",
+                           bad=bool(accuracy_warning(acc))))
     lat = report.latency or {}
     if isinstance(lat.get("latency_us"), (int, float)):
         parts = [f"{k[:-3].upper()} {lat[k]:,.1f} \u00b5s" for k in ("npu_us", "cpu_us")
@@ -202,6 +240,11 @@ def _header(report, s: dict) -> str:
             cards.append(_card(f"{region['name']} needs", _bytes(region["used"]).split(" (")[0],
                                f"of {_bytes(region['capacity']).split(' (')[0]}: {fits}"))
     out.append(f'<div class="cards">{"".join(cards)}</div>')
+    warning = accuracy_warning(acc)
+    if warning:
+        out.append(f'<div class="warn">{escape(warning)}</div>')
+    for line in latency_advice(report):
+        out.append(f'<div class="advice"><b>What to do:</b> {escape(line)}</div>')
     others = [(k, v) for k, v in _scalars(acc) if k not in ("sqnr_db", "reference_sqnr_db")]
     if others:
         out.append("<h3>accuracy</h3>" + _kv_table(others))
@@ -249,7 +292,28 @@ def _hbars(items, *, unit_fmt=_us, label_w=270, width=1000, bar_h=16) -> str:
     return "".join(out)
 
 
-def _latency_section(lat: dict) -> str:
+def _npu_layers_html(report) -> str:
+    """The slowest NPU ops, by their per-layer time (``latency["npu_ops"]``)."""
+    times = (report.latency or {}).get("npu_ops") or {}
+    by_node = {o.node: o for o in report.ops}
+    items = [(n, t) for n, t in times.items() if isinstance(t, dict) and t.get("us")]
+    if not items:
+        return ""
+    items.sort(key=lambda nt: -nt[1]["us"])
+    peak = any("peak" in str(t.get("basis")) for _, t in items)
+    title = ("NPU time per layer: MACs at the NPU's peak, a lower bound (no per-layer "
+             "figure from the NPU compiler)" if peak else
+             "NPU time per layer: the NPU compiler's per-layer cycles (estimate)")
+    shown = items[:15]
+    bars = [(f"{by_node[n].layer} ({graph.short_op(by_node[n].op)})" if n in by_node and
+             by_node[n].layer else n, t["us"], _colour("npu"),
+             f"{n}: {t['us']:,.2f} \u00b5s, {t['cycles']:,} cycles ({t.get('basis', '')})")
+            for n, t in shown]
+    more = f" (the slowest {len(shown)} of {len(items)})" if len(items) > len(shown) else ""
+    return f"<h3>{escape(title)}{escape(more)}</h3>" + _hbars(bars)
+
+
+def _latency_section(lat: dict, report=None) -> str:
     head = "<section id=\"latency\"><h2>Latency breakdown</h2>"
     if not lat or not isinstance(lat.get("latency_us"), (int, float)):
         return head + "<p class=\"muted\">No latency estimate in this report.</p></section>"
@@ -294,6 +358,8 @@ def _latency_section(lat: dict) -> str:
                   f"{name}: {n} step(s), {us:,.1f} \u00b5s")
                  for name, (us, n, by) in sorted(kinds.items(), key=lambda kv: (-kv[1][0], kv[0]))]
         out.append("<h3>by kind</h3>" + _hbars(items))
+        if report is not None:
+            out.append(_npu_layers_html(report))
         steps = [(f"{r.get('node', '')}", r.get("us") or 0,
                   _colour(_runs_on_class(r.get("runs_on"))),
                   f"{r.get('node', '')}: {r.get('op', '')}, {r.get('kind', '')} on "
@@ -406,7 +472,7 @@ def _region_bar(region: dict) -> str:
         colour = _PART_COLOURS[n % len(_PART_COLOURS)] if region["parts"] else \
             ("#2a9d5c" if region["fits"] is not False else "#d62839")
         spans.append(f'<span style="left:{x:.3f}%;width:{w:.3f}%;background:{colour}" '
-                     f'title="{escape(name)}: {escape(_bytes(b))}"></span>')
+                     f'title="{escape(label(name))}: {escape(_bytes(b))}"></span>')
         x += w
     if cap and used > cap:
         spans.append(f'<span style="left:{100 * cap / scale:.3f}%;width:2px;background:#111" '
@@ -414,8 +480,18 @@ def _region_bar(region: dict) -> str:
     return f'<div class="bar">{"".join(spans)}</div>'
 
 
-def _placement_html(placement: dict) -> str:
-    """The chosen placement, why, and every placement tried (``flow.memory``)."""
+PLACEMENTS = {
+    "flash": "the weights stay in the program's memory and the NPU reads them in place; "
+             "only the working memory is in SRAM",
+    "sram": "the whole program, weights included, is in SRAM",
+    "dedicated-sram": "program and working memory off-chip, the SRAM the NPU's cache",
+}
+"""What each memory placement (``compile(memory=...)``) means, in words."""
+
+
+def _placement_html(placement: dict, program_in=None) -> str:
+    """The chosen placement, what it means, why, and every placement tried
+    (``flow.memory``)."""
     if not placement.get("memory"):
         return ""
     rows = []
@@ -430,9 +506,12 @@ def _placement_html(placement: dict) -> str:
                     f'{_bytes(row.get("shortfall", 0))}')
         rows.append((row["memory"], _us(row["latency_us"]) if "latency_us" in row else "-",
                      needs, fit))
-    text = (f"<p>The program is placed in <b>{escape(str(placement['memory']))}</b> "
-            f"({escape(str(placement.get('asked', '')))}: "
-            f"{escape(str(placement.get('why', '')))}).</p>")
+    chosen = str(placement["memory"])
+    where = f" The program lies in <b>{escape(str(program_in))}</b>." if program_in else ""
+    text = (f"<p>Memory placement <b>{escape(chosen)}</b>: "
+            f"{escape(PLACEMENTS.get(chosen, chosen))} (chosen by "
+            f"{escape(str(placement.get('asked', '')))}: "
+            f"{escape(str(placement.get('why', '')))}).{where}</p>")
     return text + (_table(("placement", "latency", "need per region", "fit"), rows)
                    if rows else "")
 
@@ -441,7 +520,7 @@ def _memory_section(memory: dict, placement: dict | None = None) -> str:
     head = "<section id=\"memory\"><h2>Memory</h2>"
     if not memory:
         return head + "<p class=\"muted\">No memory figures in this report.</p></section>"
-    out = [head, _placement_html(placement or {})]
+    out = [head, _placement_html(placement or {}, memory.get("program_in"))]
     regions = _regions(memory)
     if regions:
         rows = []
@@ -456,7 +535,7 @@ def _memory_section(memory: dict, placement: dict | None = None) -> str:
                                    f'{_bytes(short)}')
             pct = f" ({100 * r['used'] / r['capacity']:.1f}%)" if r["capacity"] and \
                 r["used"] is not None else ""
-            legend = ", ".join(f"{n} {_bytes(b)}" for n, b in r["parts"])
+            legend = ", ".join(f"{label(n)} {_bytes(b)}" for n, b in r["parts"])
             name = ("html", f"<b>{escape(r['name'])}</b>" + (
                 f'<div class="muted" style="font-size:12px">{escape(r["about"])}</div>'
                 if r["about"] else ""))
@@ -467,20 +546,23 @@ def _memory_section(memory: dict, placement: dict | None = None) -> str:
                 "-" if r["capacity"] is None else _bytes(r["capacity"]), verdict))
         out.append(_table(("region", "need against capacity", "need", "capacity", "fit"),
                           rows))
-    if memory.get("program_in"):
+    if memory.get("program_in") and not (placement or {}).get("memory"):
         out.append(f"<p>The program lies in <b>{escape(str(memory['program_in']))}</b>.</p>")
     notes = memory.get("notes")
     if isinstance(notes, list) and notes:
         out.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
     summary = memory.get("summary")
     if isinstance(summary, dict) and _scalars(summary):
-        out.append("<h3>summary</h3>" + _kv_table(_scalars(summary)))
+        out.append("<h3>in total</h3>" + _kv_table(_scalars(summary)))
     for key, value in memory.items():  # anything else, shown as it is
         if key in ("regions", "summary", "notes", "program_in", "target"):
             continue
-        out.append(f"<h3>{escape(str(key))}</h3>" + _generic(value))
+        out.append(f"<h3>{escape(SECTIONS.get(key, label(key)))}</h3>" + _generic(value))
     out.append("</section>")
     return "\n".join(out)
+
+
+SECTIONS = {"flash": "flash: what the program stores", "ram": "RAM: what it needs at run time"}
 
 
 def _generic(value) -> str:
@@ -498,23 +580,61 @@ def _generic(value) -> str:
 
 
 # tables ---------------------------------------------------------------------------------
-def _ops_section(report) -> str:
-    us = {}
-    for r in (report.latency or {}).get("rows") or []:
+def shape_text(shape) -> str:
+    """``(1, 3, 224, 224)`` -> ``1x3x224x224``."""
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def op_shapes(o) -> str:
+    """An op's input and output shapes, ``1x3x8x8 -> 1x8x8x8``; "" when unknown."""
+    if not o.output_shape and not o.input_shapes:
+        return ""
+    ins = ", ".join(shape_text(s) for s in o.input_shapes)
+    return f"{ins} \u2192 {shape_text(o.output_shape)}" if ins else shape_text(o.output_shape)
+
+
+def op_times(report) -> dict[str, tuple[float, str]]:
+    """Node -> (estimated µs, basis): NPU ops from ``latency["npu_ops"]``, CPU ops from
+    their latency rows."""
+    lat = report.latency or {}
+    by_ident = {o.ident: o.node for o in report.ops if o.ident}
+    out: dict[str, tuple[float, str]] = {}
+    for r in lat.get("rows") or []:
         if isinstance(r, dict) and isinstance(r.get("us"), (int, float)):
-            us[r.get("node")] = us.get(r.get("node"), 0) + r["us"]
+            node = by_ident.get(r.get("ident"), r.get("node"))
+            us, _ = out.get(node, (0.0, ""))
+            out[node] = (us + r["us"], str(r.get("basis", "")))
+    for node, t in (lat.get("npu_ops") or {}).items():
+        if isinstance(t, dict) and isinstance(t.get("us"), (int, float)):
+            out[node] = (t["us"], str(t.get("basis", "")))
+    return out
+
+
+def _ops_section(report) -> str:
+    us = op_times(report)
     rows, attrs = [], []
     for i, o in enumerate(report.ops):
         kernel = graph.kernel_of(o)
-        rows.append((i, o.node, o.op, o.placement, kernel, o.precision,
-                     _num(o.macs) if o.macs else "",
-                     f"{us[o.node]:,.2f}" if o.node in us else "", ", ".join(o.inputs),
-                     o.reason))
+        time = ""
+        if o.node in us:
+            time = ("html", f'<span title="{escape(us[o.node][1])}">{us[o.node][0]:,.2f}'
+                            f"{'*' if 'peak' in us[o.node][1] else ''}</span>")
+        rows.append((i, o.layer or "(forward)", o.node, o.op, o.placement, kernel, o.precision,
+                     op_shapes(o), _num(o.macs) if o.macs else "", time,
+                     ", ".join(o.inputs), o.reason))
         attrs.append(f' id="op-{i}" class="{escape(kernel)}"')
-    return ("<section id=\"ops\"><h2>Compute ops</h2>"
-            + _table(("#", "node", "op", "runs on", "kernel", "activations", "MACs",
-                      "est. \u00b5s", "inputs", "why not on the NPU"), rows,
-                     numeric=(0, 6, 7), row_attrs=attrs)
+    note = ""
+    if any("peak" in basis for _, basis in us.values()):
+        note = ('<p class="muted">* NPU time from the op\'s MACs at the NPU\'s peak MACs per '
+                "cycle: a lower bound, the NPU compiler gives no per-layer figure.</p>")
+    elif us:
+        note = ('<p class="muted">NPU times are the NPU compiler\'s per-layer cycles (an '
+                "estimate); an op fused into the one before it shows 0.</p>")
+    return ("<section id=\"ops\"><h2>Compute ops</h2>" + note
+            + _table(("#", "layer", "node", "op", "runs on", "kernel", "activations",
+                      "shapes (in \u2192 out)", "MACs", "est. \u00b5s", "inputs",
+                      "why not on the NPU"), rows,
+                     numeric=(0, 8, 9), row_attrs=attrs)
             + "</section>")
 
 
@@ -582,13 +702,23 @@ def _partitions_section(report) -> str:
             + "</section>")
 
 
-def _io_section(io: dict) -> str:
+def _io_section(io: dict, program_io: dict | None = None) -> str:
+    """The program's inputs and outputs: with int8 I/O, each one's quantization too."""
     if not io:
-        return ""
+        tensors = program_io or {}
+        rows = [(f"{kind[:-1]} {i}", t.get("name", ""), shape_text(t.get("shape", ())),
+                 t.get("dtype", "")) for kind in ("inputs", "outputs")
+                for i, t in enumerate(tensors.get(kind, []))]
+        if not rows:
+            return ""
+        return ("<section id=\"io\"><h2>Program I/O (float)</h2><p class=\"muted\">The "
+                "program takes and returns float tensors; it quantizes its inputs and "
+                "dequantizes its outputs itself.</p>"
+                + _table(("", "name", "shape", "dtype"), rows) + "</section>")
     rows = []
     for kind in ("inputs", "outputs"):
         for i, t in enumerate(io.get(kind, [])):
-            rows.append((f"{kind[:-1]} {i}", t.get("name", ""), str(tuple(t.get("shape", ()))),
+            rows.append((f"{kind[:-1]} {i}", t.get("name", ""), shape_text(t.get("shape", ())),
                          t.get("dtype", ""), "-" if t.get("scale") is None else
                          f"{t['scale']:.9g}", "-" if t.get("zero_point") is None else
                          str(t["zero_point"]),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from ..graph.ids import node_id
 from ..targets import NpuKind
 from .cpu_cycles import CoreModel, Work, core_model, op_work, work_cycles
 
@@ -62,6 +63,8 @@ def estimate_latency(program, target, report) -> dict:
             skipped.append(node.name)
             continue
         rows.append(_cpu_row(node.name, _op_label(node), work, core, cpu_hz))
+        if node_id(node) is not None:
+            rows[-1]["ident"] = node_id(node)  # the compute op it runs (report.ops)
     npu_us = sum((r["us"] for r in rows if r["runs_on"] == "npu"), 0.0)
     cpu_us = sum((r["us"] for r in rows if r["runs_on"] != "npu"), 0.0)
     for r in rows:

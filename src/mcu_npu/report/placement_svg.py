@@ -212,7 +212,11 @@ def _boundary_op(ops, index, members: list[int], direction: str) -> int:
 
 
 def _tooltip(op) -> str:
-    lines = [op.node, f"{op.op} \u2014 {op.placement}"]
+    lines = [f"{op.layer}  ({op.node})" if getattr(op, "layer", "") else op.node,
+             f"{op.op} \u2014 {op.placement}"]
+    if getattr(op, "output_shape", ()):
+        ins = ", ".join("x".join(map(str, s)) for s in op.input_shapes)
+        lines.append(f"{ins} \u2192 {'x'.join(map(str, op.output_shape))}")
     if op.macs:
         lines.append(f"{op.macs:,} MACs")
     if op.reason:
@@ -287,7 +291,7 @@ def _box(op, box: Box, i: int, transposes) -> str:
              f'<text x="{box.x + 7:.1f}" y="{box.y + 15:.1f}" font-size="12" font-weight="600" '
              f'fill="#fff">{escape(label)}</text>',
              f'<text x="{box.x + 7:.1f}" y="{box.y + 30:.1f}" font-size="10" fill="#eef">'
-             f'{escape(clip(op.node, 26))}</text>',
+             f'{escape(clip(getattr(op, "layer", "") or op.node, 26))}</text>',
              f'<title>{escape(_tooltip(op))}</title></g></a>']
     for n, row in enumerate(transposes):
         parts.append(_transpose_badge(box.x + BOX_W - 4 - 16 * n, box.y + 2, row))
@@ -295,28 +299,45 @@ def _box(op, box: Box, i: int, transposes) -> str:
 
 
 def _partition_outlines(ops, boxes) -> list[str]:
-    """A dashed outline around each NPU partition's ops in each band (one outline per band the
-    partition spans), labelled with the partition; skipped where it would enclose another
-    group's op."""
-    spans: dict[tuple[int, int], list[int]] = {}
+    """One dashed outline per NPU partition, labelled with it: around all its ops when that
+    encloses no other group's op (a partition spanning bands spans them whole), else one
+    outline per band it spans, labelled once."""
+    members: dict[int, list[int]] = {}
     for i, op in enumerate(ops):
         k = partition_number(op)
         if k is not None:
-            spans.setdefault((k, boxes[i].band), []).append(i)
+            members.setdefault(k, []).append(i)
     out = []
-    for (k, _band), members in sorted(spans.items()):
-        x0 = min(boxes[i].x for i in members) - 7
-        y0 = min(boxes[i].y for i in members) - 7
-        x1 = max(boxes[i].x for i in members) + BOX_W + 7
-        y1 = max(boxes[i].y for i in members) + BOX_H + 7
-        inside = [j for j, b in enumerate(boxes) if j not in members and
-                  x0 < b.x + BOX_W and b.x < x1 and y0 < b.y + BOX_H and b.y < y1]
-        if inside:
-            continue
+    for k, idx in sorted(members.items()):
+        groups = [idx]
+        if _enclosed_others(boxes, idx):
+            by_band: dict[int, list[int]] = {}
+            for i in idx:
+                by_band.setdefault(boxes[i].band, []).append(i)
+            groups = [g for _, g in sorted(by_band.items()) if not _enclosed_others(boxes, g)]
         colour = PARTITION_COLOURS[k % len(PARTITION_COLOURS)]
-        out.append(f'<g class="partition"><rect x="{x0:.1f}" y="{y0:.1f}" width="{x1 - x0:.1f}" '
-                   f'height="{y1 - y0:.1f}" rx="9" fill="{colour}" fill-opacity="0.06" '
-                   f'stroke="{colour}" stroke-width="1.6" stroke-dasharray="6 3"/>'
-                   f'<text x="{x0 + 4:.1f}" y="{y0 - 4:.1f}" font-size="11" fill="{colour}" '
-                   f'font-weight="600">NPU partition {k}</text></g>')
+        for n, group in enumerate(groups):
+            x0, y0, x1, y1 = _bounds(boxes, group)
+            label = f"NPU partition {k} ({len(idx)} ops)" if n == 0 else ""
+            out.append(f'<g class="partition"><rect x="{x0:.1f}" y="{y0:.1f}" '
+                       f'width="{x1 - x0:.1f}" height="{y1 - y0:.1f}" rx="9" fill="{colour}" '
+                       f'fill-opacity="0.06" stroke="{colour}" stroke-width="1.6" '
+                       f'stroke-dasharray="6 3"/>'
+                       + (f'<text x="{x0 + 4:.1f}" y="{y0 - 4:.1f}" font-size="11" '
+                          f'fill="{colour}" font-weight="600">{escape(label)}</text>'
+                          if label else "") + "</g>")
     return out
+
+
+def _bounds(boxes, members) -> tuple[float, float, float, float]:
+    return (min(boxes[i].x for i in members) - 7, min(boxes[i].y for i in members) - 7,
+            max(boxes[i].x for i in members) + BOX_W + 7,
+            max(boxes[i].y for i in members) + BOX_H + 7)
+
+
+def _enclosed_others(boxes, members) -> bool:
+    """Whether the outline around ``members`` would take in another op's box."""
+    x0, y0, x1, y1 = _bounds(boxes, members)
+    inside = set(members)
+    return any(j not in inside and x0 < b.x + BOX_W and b.x < x1 and y0 < b.y + BOX_H
+               and b.y < y1 for j, b in enumerate(boxes))
