@@ -83,6 +83,13 @@ class CompiledProgram:
 
         return write_bundled(path, self._runtime(), self.buffer, inputs)
 
+    def export_partitions(self, directory: str | os.PathLike) -> list[Path]:
+        """Write each NPU partition's TFLite graph into ``directory`` (``partition_<k>.tflite``)
+        and, for Ethos-U, Vela's optimised graph (``partition_<k>_vela.tflite``), for Netron
+        or Model Explorer (``devtools.partitions``, docs/viewing.md); returns the paths."""
+        self._runtime()
+        return self._program.export_partitions(directory, self.report)
+
     def _runtime(self):
         """The host runtime's program (``runtime.Program``) of ``buffer``."""
         if self._program is None:
@@ -275,6 +282,13 @@ class LoadedProgram:
     @property
     def input_specs(self):
         return self._program.input_specs
+
+    def export_partitions(self, directory: str | os.PathLike, report=None) -> list[Path]:
+        """See ``CompiledProgram.export_partitions`` (the graphs of vendor payloads come
+        from the companion file)."""
+        from .devtools.partitions import export
+
+        return export(self._program, report if report is not None else self.report, directory)
 
     def quantize_inputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """See ``CompiledProgram.quantize_inputs`` (uses the report read with the program)."""

@@ -245,13 +245,16 @@ def cmd_report(args) -> int:
     from . import api
     from .errors import InvalidProgramError
 
-    report = api.load(args.program, companion=args.companion).report
+    loaded = api.load(args.program, companion=args.companion)
+    report = loaded.report
     if report is None:
         from .firmware.companion import companion_path
 
         raise InvalidProgramError(
             f"{args.program!r} has no mcu-npu NPU delegate to report on and no companion file "
             f"('{args.companion or companion_path(args.program)}') with its report")
+    exported = loaded.export_partitions(args.export_partitions, report) \
+        if args.export_partitions else []
     if args.html:
         from .firmware.files import write_atomic
 
@@ -259,6 +262,8 @@ def cmd_report(args) -> int:
     print(report.to_json() if args.json else report)
     if args.html:
         print(f"\nwrote {args.html}")
+    for path in exported:
+        print(f"wrote {path}")
     return 0
 
 
@@ -373,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="JSON instead of a table")
     rp.add_argument("--html", metavar="FILE",
                     help="also write the report as one self-contained HTML page")
+    rp.add_argument("--export-partitions", metavar="DIR",
+                    help="write each NPU partition's TFLite graph (and, for Ethos-U, Vela's "
+                         "optimised graph) into DIR, for Netron or Model Explorer")
     rp.set_defaults(func=cmd_report)
     ck = sub.add_parser("check", help="check, without running it, that a .pte can run on a "
                         "target's board; one line per problem, exit 1 when any")

@@ -35,6 +35,7 @@ h1{font-size:22px;margin:4px 0 2px}h2{font-size:17px;margin:28px 0 8px;border-bo
 .legend{display:flex;flex-wrap:wrap;gap:16px;margin:6px 0;font-size:13px;align-items:center}
 .chip{display:inline-block;width:12px;height:12px;border-radius:3px;vertical-align:-1px;
  margin-right:5px}
+table.ops td{white-space:nowrap}table.ops td:nth-child(10){white-space:normal;min-width:260px}
 table{border-collapse:collapse;background:#fff;font-size:13px;width:100%}
 th,td{border:1px solid #e1e4ea;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#eef0f4;position:sticky;top:0}table.kv{width:auto;min-width:420px}
@@ -157,13 +158,22 @@ LABELS = {
     "outputs": "program outputs", "io_planned": "inputs and outputs in planned memory",
     "npu_scratch": "NPU scratch", "npu_scratch_estimated": "NPU scratch is an estimate",
     "method_allocator": "method allocator (estimate)", "peak": "peak RAM",
-    "flash_bytes": "flash needed", "ram_bytes": "RAM needed", "memory_fits": "fits",
+    "flash_bytes": "program size (.pte, where it lies)", "ram_bytes": "RAM needed", "memory_fits": "fits",
     "tightest_region": "tightest region", "tightest_margin_bytes": "margin there",
     "npu_clock_hz": "NPU clock", "cpu_clock_hz": "CPU clock", "cpu_core": "CPU core",
     "npu_is_bound": "NPU figure is a lower bound", "method": "how it is estimated",
     "fast_scratch": "NPU fast scratch", "other": "other", "npu_reads_program":
     "NPU reads the program in place", "sqnr_db": "SQNR (dB)",
     "reference_sqnr_db": "quantized reference SQNR (dB)",
+    "npu_cycles": "NPU compute cycles", "total_cycles": "total cycles",
+    "inference_time_us": "inference time", "clock_hz": "clock", "macs": "MACs",
+    "macs_per_cycle": "MACs per cycle", "npu_flash_bytes": "payload",
+    "npu_sram_bytes": "NPU SRAM", "read_only_bytes": "read-only data",
+    "weights_bytes": "weights", "encoded_weights_bytes": "encoded weights",
+    "scratch_bytes": "scratch", "fast_scratch_bytes": "fast scratch",
+    "npu_ops": "NPU operations", "mac_bound_ratio": "cycles over MAC-bound cycles",
+    "other_cycles": "cycles of operators the converter added",
+    "npu_offchipflash_bytes": "off-chip flash peak", "npu_sram_peak_bytes": "SRAM peak",
 }
 """Human names of the report's keys (a key without one is shown with spaces)."""
 
@@ -562,7 +572,7 @@ def _memory_section(memory: dict, placement: dict | None = None) -> str:
     return "\n".join(out)
 
 
-SECTIONS = {"flash": "flash: what the program stores", "ram": "RAM: what it needs at run time"}
+SECTIONS = {"flash": "the program (.pte): what it stores", "ram": "RAM: what it needs at run time"}
 
 
 def _generic(value) -> str:
@@ -619,9 +629,9 @@ def _ops_section(report) -> str:
         if o.node in us:
             time = ("html", f'<span title="{escape(us[o.node][1])}">{us[o.node][0]:,.2f}'
                             f"{'*' if 'peak' in us[o.node][1] else ''}</span>")
-        rows.append((i, o.layer or "(forward)", o.node, o.op, o.placement, kernel, o.precision,
-                     op_shapes(o), _num(o.macs) if o.macs else "", time,
-                     ", ".join(o.inputs), o.reason))
+        rows.append((i, o.layer or "(forward)", o.node, o.op, o.placement, o.precision,
+                     op_shapes(o), _num(o.macs) if o.macs else "", time, o.reason,
+                     ", ".join(o.inputs)))
         attrs.append(f' id="op-{i}" class="{escape(kernel)}"')
     note = ""
     if any("peak" in basis for _, basis in us.values()):
@@ -631,11 +641,12 @@ def _ops_section(report) -> str:
         note = ('<p class="muted">NPU times are the NPU compiler\'s per-layer cycles (an '
                 "estimate); an op fused into the one before it shows 0.</p>")
     return ("<section id=\"ops\"><h2>Compute ops</h2>" + note
-            + _table(("#", "layer", "node", "op", "runs on", "kernel", "activations",
-                      "shapes (in \u2192 out)", "MACs", "est. \u00b5s", "inputs",
-                      "why not on the NPU"), rows,
-                     numeric=(0, 8, 9), row_attrs=attrs)
-            + "</section>")
+            + '<div class="scroll">'
+            + _table(("#", "layer", "node", "op", "runs on", "activations",
+                      "shapes (in \u2192 out)", "MACs", "est. \u00b5s", "why not on the NPU",
+                      "inputs"), rows,
+                     numeric=(0, 7, 8), row_attrs=attrs, cls="ops")
+            + "</div></section>")
 
 
 def _precision_section(report) -> str:
@@ -692,8 +703,9 @@ def _partitions_section(report) -> str:
         for t in p.tflite_ops:
             counts[t] = counts.get(t, 0) + 1
         tfl = ", ".join(f"{t}\u00d7{n}" if n > 1 else t for t, n in counts.items())
-        stats = " ".join(f'<span class="stat">{escape(str(k))} <b>{escape(_num(v))}</b></span>'
-                            for k, v in p.stats.items() if not isinstance(v, (dict, list)))
+        stats = " ".join(f'<span class="stat">{escape(label(k))} <b>{escape(_figure(k, v))}'
+                         f'</b></span>' for k, v in p.stats.items()
+                         if not isinstance(v, (dict, list)))
         rows.append((p.index, p.compiler, len(p.ops), f"{us[p.index]:,.2f}" if p.index in us
                      else "", counts.get("TRANSPOSE", 0), tfl, ("html", stats)))
     return ("<section id=\"partitions\"><h2>NPU partitions</h2>"
