@@ -20,8 +20,10 @@ import mcu_npu
 from helpers import MixedNpuCpu, calibration_set
 from mcu_npu.cli import main
 from mcu_npu.npu import vela_run
-from mcu_npu.report import Kernel
+from mcu_npu.report import Kernel, OpPlacement, Report
+from mcu_npu.report.latency import PEAK_BASIS, VELA_LAYER_BASIS, npu_op_times
 from mcu_npu.report.placement_svg import KERNEL_COLOURS, layers
+from mcu_npu.targets import get_target
 
 BROWSER = shutil.which("chromium")
 
@@ -120,6 +122,145 @@ def test_real_memory_and_latency_render(compiled):
         assert "No memory figures" in page
 
 
+# reading like the model ------------------------------------------------------------------
+def test_ops_carry_layer_names_and_shapes(compiled, page):
+    """Each op names the model's module it was called in and its shapes, on the page and in
+    the text; the float program's I/O is listed with its shapes."""
+    report = compiled[0].report
+    weighted = [o for o in report.ops if o.op in ("aten.convolution", "aten.linear")]
+    assert [o.layer for o in weighted] == ["a", "b", "fc"]
+    assert [o.output_shape for o in weighted] == [(1, 8, 8, 8), (1, 8, 8, 8), (1, 6)]
+    assert weighted[0].input_shapes == ((1, 3, 8, 8),)  # the weights are not activations
+    assert all(o.output_shape for o in report.ops)
+    text = str(report)
+    for shapes in ("1x3x8x8 \u2192 1x8x8x8", "1x512 \u2192 1x6"):
+        assert html.escape(shapes) in page and shapes.replace("\u2192", "->") in text
+    assert re.search(r"\ba\s+aten_convolution_default\s", text)
+    assert "Program I/O (float)" in page and "1x3x8x8" in page and "1x6" in page
+    assert report.program_io["inputs"][0]["shape"] == [1, 3, 8, 8]
+    assert Report.from_json(report.to_json()).ops == report.ops
+
+
+def test_npu_ops_get_velas_per_layer_cycles(compiled, page):
+    """Vela's per-layer cycles land on the ops they were made from and add up to its
+    total; the ops table shows each NPU op's time."""
+    report = compiled[0].report
+    times = report.latency["npu_ops"]
+    npu = [o for o in report.ops if o.kernel is Kernel.NPU]
+    assert {o.node for o in npu if o.macs} <= set(times)
+    assert all(times[o.node]["basis"] == VELA_LAYER_BASIS for o in npu if o.macs)
+    for p in report.partitions:
+        cycles = sum(times[n]["cycles"] for n in p.ops if n in times)
+        assert cycles + p.stats["other_cycles"] == p.stats["total_cycles"]
+    conv = next(o for o in npu if o.op == "aten.convolution")
+    assert times[conv.node]["cycles"] > 0
+    assert f"{times[conv.node]['us']:,.2f}</span>" in page
+    assert "NPU time per layer" in page
+
+
+def test_neutron_per_op_time_is_a_labelled_estimate(compiled):
+    """Without per-layer figures from the NPU compiler, an NPU op's time is its MACs at the
+    NPU's peak, labelled as such."""
+    report = compiled[0].report
+    bare = [dataclasses.replace(p, stats={}) for p in report.partitions]
+    target = get_target("imxrt700")
+    times = npu_op_times(dataclasses.replace(report, partitions=bare), target)
+    for o in report.ops:
+        if o.kernel is Kernel.NPU and o.macs:
+            assert times[o.node]["basis"] == PEAK_BASIS
+            assert times[o.node]["cycles"] == -(-o.macs // target.npu.macs_per_cycle)
+    page = dataclasses.replace(report, latency={**report.latency, "npu_ops": times}).to_html()
+    assert "MACs at the NPU&#x27;s peak" in page and "a lower bound" in page
+
+
+def _chain(n: int) -> list[OpPlacement]:
+    return [OpPlacement(f"op_{i}", "aten.relu", "NPU partition 0", "npu",
+                        inputs=(f"op_{i - 1}",) if i else ()) for i in range(n)]
+
+
+def test_one_outline_per_partition(compiled):
+    """A partition whose ops wrap over many rows of the graph is one box, labelled once."""
+    report = dataclasses.replace(compiled[0].report, ops=_chain(40), latency={})
+    page = report.to_html()
+    assert page.count('class="partition"') == 1
+    assert page.count(">NPU partition 0 (40 ops)<") == 1
+
+
+def test_labels_and_memory_wording(compiled, page):
+    """Figures read as words with units; the memory placement is said once, with where the
+    program lies."""
+    for raw in ("npu_scratch_estimated", "planned_total", "npu_clock_hz", "total_cycles",
+                "<td>planned</td>"):
+        assert raw not in page, raw
+    assert "pool 1: " in page and "NPU scratch" in page and "total cycles" in page
+    assert re.search(r"Memory placement <b>\w+</b>: .*The program lies in <b>\w+</b>", page)
+    assert "The program is placed in" not in page
+
+
+def test_poor_accuracy_is_a_warning(compiled, page):
+    assert "Poor accuracy" not in page and "card bad" not in page
+    report = dataclasses.replace(compiled[0].report,
+                                 accuracy={"sqnr_db": 0.0, "reference_sqnr_db": 0.0})
+    bad = report.to_html()
+    assert 'class="card bad"' in bad and "Poor accuracy: SQNR 0.00 dB" in bad
+    assert "WARNING: Poor accuracy" in str(report)
+
+
+def test_what_to_do_when_the_work_around_the_npu_dominates(compiled):
+    """An input quantize and transpose taking most of the time get a line saying what the
+    project offers against them; a program whose time is the NPU's gets none."""
+    report = compiled[0].report
+    rows = [{"node": "q", "op": "quantize", "runs_on": "cortex-m", "kind": "quantize",
+             "us": 3706.0, "cycles": 1, "basis": "assumed"},
+            {"node": "npu partition 0", "op": "executorch_call_delegate", "runs_on": "npu",
+             "kind": "npu", "us": 2850.0, "cycles": 1, "basis": "bound"},
+            {"node": "npu partition 0 input 0", "op": "NeutronBackend NCHW<->NHWC transpose",
+             "runs_on": "cortex-m", "kind": "transpose", "us": 1854.0, "cycles": 1,
+             "basis": "assumed"}]
+    slow = dataclasses.replace(report, latency={"latency_us": 8410.0, "npu_us": 2850.0,
+                                                "cpu_us": 5560.0, "rows": rows})
+    page = slow.to_html()
+    assert "What to do:" in page and "66% of the estimated latency" in page
+    assert "channels_last" in page and "io=&quot;int8&quot;" in page
+    assert "what to do: " in str(slow)
+    npu_bound = dataclasses.replace(report, latency={"latency_us": 2900.0, "npu_us": 2850.0,
+                                                     "cpu_us": 50.0,
+                                                     "rows": [rows[1], dict(rows[0], us=50.0)]})
+    assert "What to do:" not in npu_bound.to_html()
+
+
+# the NPU partitions for viewers ----------------------------------------------------------
+def test_export_partitions_writes_graphs_viewers_open(compiled, tmp_path, capsys):
+    """Each partition's TFLite graph loads in LiteRT with the partition's I/O; Vela's
+    optimised graph parses as TFLite, its NPU part one ethos-u operator. The API writes the
+    same files as the command."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from mcu_npu.tflite.describe import op_names
+
+    prog, path = compiled
+    out = tmp_path / "parts"
+    assert main(["report", str(path), "--export-partitions", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = prog.report
+    names = [f"partition_{k}{tail}.tflite" for k in range(len(report.partitions))
+             for tail in ("", "_vela")]
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)
+    assert all(f"wrote {out / name}" in printed for name in names)
+    for k, part in enumerate(report.partitions):
+        graph = (out / f"partition_{k}.tflite").read_bytes()
+        interpreter = Interpreter(model_content=graph)
+        interpreter.allocate_tensors()
+        assert op_names(graph) == part.tflite_ops
+        assert "ethos-u" in op_names((out / f"partition_{k}_vela.tflite").read_bytes())
+    api_out = prog.export_partitions(tmp_path / "api")
+    assert [p.read_bytes() for p in api_out] == [(out / p.name).read_bytes() for p in api_out]
+    alone = tmp_path / "alone.pte"  # without its companion the graphs are not there
+    alone.write_bytes(path.read_bytes())
+    assert main(["report", str(alone), "--export-partitions", str(tmp_path / "none")]) == 2
+    assert "companion" in capsys.readouterr().err and not (tmp_path / "none").exists()
+
+
 # the page in a real browser -------------------------------------------------------------
 def _chromium(args, tmp_path, timeout=60) -> str:
     cmd = [BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
@@ -196,6 +337,9 @@ def test_page_renders_in_headless_chromium(compiled, page, tmp_path):
     dom = _chromium(["--dump-dom", path.as_uri()], tmp_path)
     text = html.unescape(re.sub(r"<[^>]+>", " ", dom))
     for figure in figures(compiled[0].report):
+        assert figure in text, figure
+    for figure in ("1x3x8x8 \u2192 1x8x8x8", "NPU time per layer", "Program I/O (float)",
+                   "NPU partition 0 ("):  # shapes, per-layer time, I/O, outlines drawn
         assert figure in text, figure
 
 

@@ -67,7 +67,7 @@ def test_vela_partition_row_is_total_cycles_at_its_clock(vela_program):
         assert row["cycles"] == stats["total_cycles"]
         assert row["us"] == pytest.approx(stats["total_cycles"] / stats["clock_hz"] * 1e6,
                                           abs=1e-3)
-        assert row["kind"] == "npu" and "Vela total_cycles" in row["basis"]
+        assert row["kind"] == "npu" and "Vela's total cycles" in row["basis"]
     assert lat["npu_us"] == pytest.approx(sum(r["us"] for r in npu_rows), abs=1e-3)
     _assert_rows_sum(lat)
 

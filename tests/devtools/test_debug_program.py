@@ -145,3 +145,23 @@ def test_each_delegate_maps_every_compute_node_of_its_partition(mixed):
         mapped = {h for handles in mapping.values() for h in handles}
         assert {handle[name] for name in partition.ops} <= mapped
         assert len(partition.ops) == len([n for n in partition.ops if handle[n] in mapped]) > 0
+
+
+@ONE_COMPILE
+def test_etrecord_nodes_carry_the_models_layer_names(mixed):
+    """Model Explorer and the Inspector name ops by ``nn_module_stack`` / ``torch_fn``:
+    quantization's re-export loses both, the flow puts them back on every Edge node."""
+    from executorch.devtools.etrecord import parse_etrecord
+
+    from mcu_npu.graph.module_names import layer_name
+
+    _, out = mixed
+    record = parse_etrecord(str(out / "m.etrecord"))
+    ops = [n for n in record.edge_dialect_program.graph.nodes if n.op == "call_function"
+           and "aten." in str(n.target)]
+    assert ops and all(n.meta.get("torch_fn") and n.meta.get("nn_module_stack") for n in ops)
+    weighted = [layer_name(n) for n in ops if "convolution" in str(n.target)
+                or "linear" in str(n.target)]
+    assert weighted == ["a", "b", "fc"]
+    assert [n.meta["torch_fn"][1].rsplit(".", 1)[-1] for n in ops
+            if "gelu" in str(n.target)] == ["gelu"]

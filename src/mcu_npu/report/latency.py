@@ -166,7 +166,7 @@ def _delegate_rows(node, gm, info, k: int, target, report, core, cpu_hz) -> list
     name = f"npu partition {k}"
     if "total_cycles" in stats and stats.get("clock_hz"):
         cycles, clock = stats["total_cycles"], stats["clock_hz"]
-        basis = f"Vela total_cycles at {clock / 1e6:g} MHz (estimate)"
+        basis = f"Vela's total cycles at {clock / 1e6:g} MHz (estimate)"
     else:
         cycles, clock, basis = _npu_bound(lowered, k, target, report, inputs, outputs)
     rows = [{"node": name, "op": "executorch_call_delegate", "runs_on": "npu", "kind": "npu",
