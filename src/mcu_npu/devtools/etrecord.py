@@ -4,8 +4,8 @@ It holds, as ExecuTorch's own flow records them:
 
 - the Edge program before delegation (quantize / dequantize and the ops in PyTorch): every
   compute node with its debug handle, the delegated ones included, and its module path and
-  torch function (``nn_module_stack``, ``torch_fn``: ``graph.module_names``). ``Inspector`` names the
-  ETDump's events from it and ``calculate_numeric_gap`` runs it as the reference;
+  torch function (``nn_module_stack``, ``torch_fn``: ``graph.module_names``). ``Inspector``
+  names the ETDump's events from it and ``calculate_numeric_gap`` runs it as the reference;
 - the program's debug-handle map (instruction -> handles), its delegate map (per delegate
   call: backend name and the debug-handle map its ``preprocess`` returned,
   ``backend.debug_handles``) and each instruction's output count, as ExecuTorch's emitter

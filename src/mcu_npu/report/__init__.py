@@ -237,7 +237,7 @@ class Report:
         for key, value in self.accuracy.items():
             lines.append(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}")
         from .advice import accuracy_warning, latency_advice
-        from .html import op_shapes, op_times
+        from .labels import op_shapes, op_times
 
         warning = accuracy_warning(self.accuracy)
         lines += [f"WARNING: {warning}"] if warning else []

@@ -14,6 +14,10 @@ from html import escape
 
 from . import placement_svg as graph
 from .advice import accuracy_warning, latency_advice
+from .html_format import (card, fmt_bytes, fmt_figure, fmt_num, fmt_us,
+                          html_table, kv_table, scalars)
+from .html_memory import memory_regions, memory_section
+from .labels import label, op_shapes, op_times, shape_text
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
@@ -59,140 +63,17 @@ def render_html(report) -> str:
     """The whole page for ``report`` (a ``Report``)."""
     s = report.summary
     body = [_header(report, s), _graph_section(report), _latency_section(report.latency, report),
-            _memory_section(report.memory, getattr(report, "placement", None) or {}),
+            memory_section(report.memory, getattr(report, "placement", None) or {}),
             _layers_section(getattr(report, "layers", [])),
             _precision_section(report), _ops_section(report), _partitions_section(report),
-            _io_section(report.io, getattr(report, "program_io", None)), _notes_section(report), _kernels_section(report.kernels),
+            _io_section(report.io, getattr(report, "program_io", None)), _notes_section(report),
+            _kernels_section(report.kernels),
             _versions_section(report.versions)]
     title = f"mcu-npu report: {report.target}"
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
             + "\n".join(part for part in body if part) + "\n</main>\n</body>\n</html>\n")
-
-
-# formatting ----------------------------------------------------------------------------
-def _num(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, list):
-        return ", ".join(map(_num, value))
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.2f}" if abs(value) < 1e6 else f"{value:,.0f}"
-    return str(value)
-
-
-def _bytes(n) -> str:
-    if not isinstance(n, (int, float)):
-        return escape(str(n))
-    n = int(n)
-    if abs(n) < 1024:
-        return f"{n:,} B"
-    unit = "KiB" if abs(n) < 1024 ** 2 else "MiB"
-    scale = 1024 if unit == "KiB" else 1024 ** 2
-    return f"{n:,} B ({n / scale:,.1f} {unit})"
-
-
-def _us(value) -> str:
-    return f"{value:,.1f} \u00b5s" if isinstance(value, (int, float)) else escape(str(value))
-
-
-def _card(key: str, value: str, detail: str = "", bad: bool = False) -> str:
-    d = f'<div class="d">{escape(detail)}</div>' if detail else ""
-    return (f'<div class="card{" bad" if bad else ""}"><div class="k">{escape(key)}</div>'
-            f'<div class="v">{escape(value)}</div>{d}</div>')
-
-
-def _table(header, rows, *, numeric=(), row_attrs=None, cls="") -> str:
-    """An HTML table; cells are escaped text unless given as ``("html", markup)``."""
-    head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
-    table = f'<table class="{cls}">' if cls else "<table>"
-    out = [f"{table}<thead><tr>{head}</tr></thead><tbody>"]
-    for r, row in enumerate(rows):
-        attrs = row_attrs[r] if row_attrs else ""
-        cells = []
-        for c, cell in enumerate(row):
-            text = cell[1] if isinstance(cell, tuple) and cell[:1] == ("html",) else \
-                escape(str(cell))
-            cls = ' class="n"' if c in numeric else ""
-            cells.append(f"<td{cls}>{text}</td>")
-        out.append(f"<tr{attrs}>{''.join(cells)}</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
-
-
-def _scalars(d: dict, skip=()) -> list[tuple[str, object]]:
-    return [(k, v) for k, v in d.items()
-            if k not in skip and isinstance(v, (int, float, str, bool))]
-
-
-def _figure(key, value) -> str:
-    """A named figure, with its unit when the name gives it."""
-    key = str(key)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if key.endswith("bytes") or key.endswith("_total") or key in _BYTE_KEYS:
-            return _bytes(value)
-        if key.endswith("_hz"):
-            return f"{value / 1e6:g} MHz"
-        if key.endswith("_us"):
-            return _us(value)
-    return _num(value)
-
-
-_BYTE_KEYS = {"program", "constants", "npu_payloads", "npu_weights", "npu_commands",
-              "tables", "named_data", "inputs", "outputs", "npu_scratch",
-              "method_allocator", "peak", "fast_scratch", "planned"}
-"""Keys of ``memory["flash"]`` and ``memory["ram"]`` that are byte counts."""
-
-
-LABELS = {
-    "program": "program (.pte)", "constants": "CPU kernels' constants",
-    "npu_payloads": "NPU payloads", "npu_weights": "NPU weights",
-    "npu_commands": "NPU command streams", "named_data": "named data",
-    "tables": "program tables", "planned": "planned memory pools",
-    "planned_total": "planned memory", "inputs": "program inputs",
-    "outputs": "program outputs", "io_planned": "inputs and outputs in planned memory",
-    "npu_scratch": "NPU scratch", "npu_scratch_estimated": "NPU scratch is an estimate",
-    "method_allocator": "method allocator (estimate)", "peak": "peak RAM",
-    "flash_bytes": "program size (.pte, where it lies)", "ram_bytes": "RAM needed", "memory_fits": "fits",
-    "tightest_region": "tightest region", "tightest_margin_bytes": "margin there",
-    "npu_clock_hz": "NPU clock", "cpu_clock_hz": "CPU clock", "cpu_core": "CPU core",
-    "npu_is_bound": "NPU figure is a lower bound", "method": "how it is estimated",
-    "fast_scratch": "NPU fast scratch", "other": "other", "npu_reads_program":
-    "NPU reads the program in place", "sqnr_db": "SQNR (dB)",
-    "reference_sqnr_db": "quantized reference SQNR (dB)",
-    "npu_cycles": "NPU compute cycles", "total_cycles": "total cycles",
-    "inference_time_us": "inference time", "clock_hz": "clock", "macs": "MACs",
-    "macs_per_cycle": "MACs per cycle", "npu_flash_bytes": "payload",
-    "npu_sram_bytes": "NPU SRAM", "read_only_bytes": "read-only data",
-    "weights_bytes": "weights", "encoded_weights_bytes": "encoded weights",
-    "scratch_bytes": "scratch", "fast_scratch_bytes": "fast scratch",
-    "npu_ops": "NPU operations", "mac_bound_ratio": "cycles over MAC-bound cycles",
-    "other_cycles": "cycles of operators the converter added",
-    "npu_offchipflash_bytes": "off-chip flash peak", "npu_sram_peak_bytes": "SRAM peak",
-}
-"""Human names of the report's keys (a key without one is shown with spaces)."""
-
-
-def label(key) -> str:
-    key = str(key)
-    return LABELS.get(key, key.replace("_", " "))
-
-
-def _kv_table(pairs) -> str:
-    return _table(("figure", "value"), [(label(k), _pool_list(v) if k == "planned" and
-                                         isinstance(v, list) else _figure(k, v))
-                                        for k, v in pairs], cls="kv")
-
-
-def _pool_list(pools: list) -> str:
-    """ExecuTorch's planned pools (pool 0 is reserved, always empty) as text."""
-    shown = [f"pool {i}: {_bytes(b)}" for i, b in enumerate(pools) if i or b]
-    return "; ".join(shown) or "none"
 
 
 def _runs_on_class(text) -> str:
@@ -218,16 +99,16 @@ def _header(report, s: dict) -> str:
            f'<b>{escape(str(report.npu_compiler))}</b></div>']
     for line in report.host_only_lines():
         out.append(f'<div class="warn">{escape(line)}</div>')
-    cards = [_card("ops on the NPU", f"{s['ops_on_npu']}/{s['ops_total']}",
+    cards = [card("ops on the NPU", f"{s['ops_on_npu']}/{s['ops_total']}",
                    f"{100 * s['npu_ops_fraction']:.1f}% of compute ops; {s['ops_on_cpu']} on "
                    f"the CPU ({s['ops_on_cortex_m']} Cortex-M int8)"),
-             _card("NPU partitions", str(s["partitions"]))]
+             card("NPU partitions", str(s["partitions"]))]
     if s["macs"]:
-        cards.append(_card("MACs", f"{s['macs']:,}", f"{s['npu_macs']:,} on the NPU"))
+        cards.append(card("MACs", f"{s['macs']:,}", f"{s['npu_macs']:,} on the NPU"))
     acc = report.accuracy or {}
     if isinstance(acc.get("sqnr_db"), (int, float)):
         ref = acc.get("reference_sqnr_db")
-        cards.append(_card("SQNR (against the float model)", f"{acc['sqnr_db']:.2f} dB",
+        cards.append(card("SQNR (against the float model)", f"{acc['sqnr_db']:.2f} dB",
                            f"quantized reference {ref:.2f} dB"
                            if isinstance(ref, (int, float)) else "program vs float model",
                            bad=bool(accuracy_warning(acc))))
@@ -237,27 +118,27 @@ def _header(report, s: dict) -> str:
                  if isinstance(lat.get(k), (int, float))]
         label = "latency (NPU part a lower bound)" if lat.get("npu_is_bound") else \
             "latency (estimate)"
-        cards.append(_card(label, _us(lat["latency_us"]), ", ".join(parts)))
+        cards.append(card(label, fmt_us(lat["latency_us"]), ", ".join(parts)))
     if "int16_ops" in s:
-        cards.append(_card("int16 activations", f"{s['int16_ops']}/{s['ops_total']} ops",
+        cards.append(card("int16 activations", f"{s['int16_ops']}/{s['ops_total']} ops",
                            "16x8 kernels; the rest int8"))
     if "npu_total_cycles" in s:
-        cards.append(_card("NPU cycles (total)", f"{s['npu_total_cycles']:,}",
+        cards.append(card("NPU cycles (total)", f"{s['npu_total_cycles']:,}",
                            f"compute only {s['npu_cycles']:,}" if "npu_cycles" in s else ""))
-    for region in _regions(report.memory or {}):
+    for region in memory_regions(report.memory or {}):
         if region["capacity"] and region["used"]:
             fits = "fits" if region["fits"] else "DOES NOT FIT"
-            cards.append(_card(f"{region['name']} needs", _bytes(region["used"]).split(" (")[0],
-                               f"of {_bytes(region['capacity']).split(' (')[0]}: {fits}"))
+            cards.append(card(f"{region['name']} needs", fmt_bytes(region["used"]).split(" (")[0],
+                               f"of {fmt_bytes(region['capacity']).split(' (')[0]}: {fits}"))
     out.append(f'<div class="cards">{"".join(cards)}</div>')
     warning = accuracy_warning(acc)
     if warning:
         out.append(f'<div class="warn">{escape(warning)}</div>')
     for line in latency_advice(report):
         out.append(f'<div class="advice"><b>What to do:</b> {escape(line)}</div>')
-    others = [(k, v) for k, v in _scalars(acc) if k not in ("sqnr_db", "reference_sqnr_db")]
+    others = [(k, v) for k, v in scalars(acc) if k not in ("sqnr_db", "reference_sqnr_db")]
     if others:
-        out.append("<h3>accuracy</h3>" + _kv_table(others))
+        out.append("<h3>accuracy</h3>" + kv_table(others))
     out.append("</header>")
     return "\n".join(out)
 
@@ -280,7 +161,7 @@ def _graph_section(report) -> str:
             + f'<div class="scroll">{graph.render(report.ops, rows)}</div></section>')
 
 
-def _hbars(items, *, unit_fmt=_us, label_w=270, width=1000, bar_h=16) -> str:
+def _hbars(items, *, unit_fmt=fmt_us, label_w=270, width=1000, bar_h=16) -> str:
     """Horizontal bars: items are (label, value, colour, tooltip)."""
     if not items:
         return ""
@@ -328,24 +209,24 @@ def _latency_section(lat: dict, report=None) -> str:
     if not lat or not isinstance(lat.get("latency_us"), (int, float)):
         return head + "<p class=\"muted\">No latency estimate in this report.</p></section>"
     rows = [r for r in lat.get("rows") or [] if isinstance(r, dict)]
-    out = [head, f"<p>Estimated whole-model latency <b>{_us(lat['latency_us'])}</b>"
-           + "".join(f", {k[:-3].upper()} {_us(lat[k])}" for k in ("npu_us", "cpu_us")
+    out = [head, f"<p>Estimated whole-model latency <b>{fmt_us(lat['latency_us'])}</b>"
+           + "".join(f", {k[:-3].upper()} {fmt_us(lat[k])}" for k in ("npu_us", "cpu_us")
                      if isinstance(lat.get(k), (int, float))) + ".</p>"]
     if lat.get("npu_is_bound"):
         out.append('<p class="warn">The NPU figures are lower bounds (from MACs and bytes '
                    "moved), not estimates: the NPU compiler gives no cycle count.</p>")
-    extra = _scalars(lat, skip=("latency_us", "npu_us", "cpu_us"))
+    extra = scalars(lat, skip=("latency_us", "npu_us", "cpu_us"))
     if extra:
-        out.append(_kv_table(extra))
+        out.append(kv_table(extra))
     if lat.get("not_estimated"):
-        out.append(f"<p>Not estimated: {escape(_num(list(lat['not_estimated'])))}</p>")
+        out.append(f"<p>Not estimated: {escape(fmt_num(list(lat['not_estimated'])))}</p>")
     total = sum(r.get("us") or 0 for r in rows)
     if rows and total > 0:  # timeline: the steps in execution order, as shares of the total
         spans, x = [], 0.0
         for r in rows:
             share = 100 * (r.get("us") or 0) / total
             tip = f"{r.get('node', '')} ({r.get('kind', '')}, {r.get('runs_on', '')}): " \
-                  f"{_us(r.get('us') or 0)}"
+                  f"{fmt_us(r.get('us') or 0)}"
             spans.append(f'<span style="left:{x:.3f}%;width:{share:.3f}%;background:'
                          f'{_colour(_runs_on_class(r.get("runs_on")))}" title="{escape(tip)}">'
                          "</span>")
@@ -373,16 +254,16 @@ def _latency_section(lat: dict, report=None) -> str:
         steps = [(f"{r.get('node', '')}", r.get("us") or 0,
                   _colour(_runs_on_class(r.get("runs_on"))),
                   f"{r.get('node', '')}: {r.get('op', '')}, {r.get('kind', '')} on "
-                  f"{r.get('runs_on', '')}, {_num(r.get('cycles'))} cycles"
+                  f"{r.get('runs_on', '')}, {fmt_num(r.get('cycles'))} cycles"
                   + (f"; {r['basis']}" if r.get("basis") else "")) for r in rows]
         out.append(f"<h3>by step ({len(rows)} steps, in execution order)</h3>"
                    f'<div class="scroll" style="max-height:520px">{_hbars(steps)}</div>')
         table = [(r.get("node", ""), r.get("op", ""), r.get("runs_on", ""), r.get("kind", ""),
-                  _work(r), _num(r["cycles"]) if isinstance(r.get("cycles"), (int, float))
+                  _work(r), fmt_num(r["cycles"]) if isinstance(r.get("cycles"), (int, float))
                   else "", f"{r['us']:,.2f}" if isinstance(r.get("us"), (int, float)) else "",
                   r.get("basis", "")) for r in rows]
         out.append("<details><summary>latency rows (each step's work and basis)</summary>"
-                   + _table(("step", "op", "runs on", "kind", "work", "cycles", "\u00b5s",
+                   + html_table(("step", "op", "runs on", "kind", "work", "cycles", "\u00b5s",
                              "basis"), table, numeric=(4, 5, 6)) + "</details>")
     out.append("</section>")
     return "\n".join(out)
@@ -392,234 +273,10 @@ def _work(row: dict) -> str:
     amount = row.get("work")
     if not isinstance(amount, (int, float)):
         return ""
-    return f"{_num(amount)} {row.get('unit', '')}".strip()
-
-
-# memory ---------------------------------------------------------------------------------
-_CAPACITY = ("capacity", "capacity_bytes", "size", "size_bytes", "bytes")
-_USED = ("used", "used_bytes", "need", "need_bytes", "needed", "required", "peak")
-_PARTS = ("parts", "items", "contents", "breakdown", "uses")
-
-
-def _first(d: dict, keys):
-    return next((d[k] for k in keys if isinstance(d.get(k), (int, float))
-                 and not isinstance(d.get(k), bool)), None)
-
-
-_ROLE_PARTS = {
-    "program": ("flash", ("constants", "npu_payloads", "tables", "named_data")),
-    "ram": ("ram", ("planned_total", "method_allocator", "npu_scratch")),
-    "fast_scratch": ("ram", ("fast_scratch",)),
-}
-"""What a region holding each role (``targets.MemoryRegion.holds``) is made of: the keys of
-``memory["flash"]`` / ``memory["ram"]`` drawn as its bar's segments."""
-
-
-def _role_parts(memory: dict, holds, need) -> list[tuple[str, float]]:
-    """The segments of a region's need from the figures of the roles it holds, with the
-    remainder as "other"; none when they do not add up to at most the need."""
-    parts = []
-    for role in holds or ():
-        section, keys = _ROLE_PARTS.get(role, (None, ()))
-        figures = memory.get(section) if isinstance(memory.get(section), dict) else {}
-        parts += [(k, figures[k]) for k in keys if isinstance(figures.get(k), (int, float))
-                  and figures[k] > 0]
-    if not parts or not isinstance(need, (int, float)):
-        return []
-    rest = need - sum(b for _, b in parts)
-    if rest < 0:
-        return []
-    return parts + ([("other", rest)] if rest > 0 else [])
-
-
-def _regions(memory: dict) -> list[dict]:
-    """``memory["regions"]`` normalised: name, capacity, used, fits, margin, parts
-    [(name, bytes)], about (kind, NPU access, roles held); a list of dicts or a dict by
-    name is accepted."""
-    raw = memory.get("regions") if isinstance(memory, dict) else None
-    if isinstance(raw, dict):
-        raw = [dict(v, name=v.get("name", k)) for k, v in raw.items() if isinstance(v, dict)]
-    out = []
-    for r in raw or []:
-        if not isinstance(r, dict):
-            continue
-        cap, used = _first(r, _CAPACITY), _first(r, _USED)
-        fits = r.get("fits")
-        if not isinstance(fits, bool):
-            fits = None if cap is None or used is None else used <= cap
-        margin = r.get("margin")
-        if not isinstance(margin, (int, float)):
-            margin = None if cap is None or used is None else cap - used
-        parts = next((r[k] for k in _PARTS if r.get(k)), [])
-        if isinstance(parts, dict):
-            parts = list(parts.items())
-        parts = [(p.get("name", p.get("what", "?")), _first(p, ("bytes", "size", "used", "need")))
-                 if isinstance(p, dict) else tuple(p) for p in parts]
-        parts = [(str(n), b) for n, b in parts if isinstance(b, (int, float)) and b > 0]
-        if not parts:
-            parts = _role_parts(memory, r.get("holds"), used)
-        about = [str(r["kind"])] if r.get("kind") else []
-        if isinstance(r.get("npu"), bool):
-            about.append("the NPU reads it" if r["npu"] else "the NPU cannot read it")
-        if r.get("holds"):
-            about.append("holds " + ", ".join(map(str, r["holds"])))
-        out.append(dict(name=str(r.get("name", r.get("region", "?"))), capacity=cap, used=used,
-                        fits=fits, margin=margin, parts=parts, about="; ".join(about)))
-    return out
-
-
-_PART_COLOURS = ("#2f6bd1", "#2a9d5c", "#e07a1f", "#8e44ad", "#0e7490", "#b45309", "#be123c",
-                 "#4d7c0f")
-
-
-def _region_bar(region: dict) -> str:
-    cap, used = region["capacity"], region["used"] or 0
-    scale = max(cap or 0, used) or 1
-    spans, x = [], 0.0
-    parts = region["parts"] or [("used", used)]
-    for n, (name, b) in enumerate(parts):
-        w = 100 * b / scale
-        colour = _PART_COLOURS[n % len(_PART_COLOURS)] if region["parts"] else \
-            ("#2a9d5c" if region["fits"] is not False else "#d62839")
-        spans.append(f'<span style="left:{x:.3f}%;width:{w:.3f}%;background:{colour}" '
-                     f'title="{escape(label(name))}: {escape(_bytes(b))}"></span>')
-        x += w
-    if cap and used > cap:
-        spans.append(f'<span style="left:{100 * cap / scale:.3f}%;width:2px;background:#111" '
-                     'title="capacity"></span>')
-    return f'<div class="bar">{"".join(spans)}</div>'
-
-
-PLACEMENTS = {
-    "flash": "the weights stay in the program's memory and the NPU reads them in place; "
-             "only the working memory is in SRAM",
-    "sram": "the whole program, weights included, is in SRAM",
-    "dedicated-sram": "program and working memory off-chip, the SRAM the NPU's cache",
-}
-"""What each memory placement (``compile(memory=...)``) means, in words."""
-
-
-def _placement_html(placement: dict, program_in=None) -> str:
-    """The chosen placement, what it means, why, and every placement tried
-    (``flow.memory``)."""
-    if not placement.get("memory"):
-        return ""
-    rows = []
-    for row in placement.get("tried", []):
-        if not row.get("compiled", True):
-            rows.append((row["memory"], "-", "-", ("html", f'<span class="muted">'
-                                                            f'{escape(row.get("why", ""))}</span>')))
-            continue
-        needs = ", ".join(f"{n} {_bytes(b)}" for n, b in row.get("regions", {}).items())
-        fit = ("html", '<span class="ok">fits</span>') if row.get("fits") else (
-            "html", f'<span class="over">does not fit</span>: short '
-                    f'{_bytes(row.get("shortfall", 0))}')
-        rows.append((row["memory"], _us(row["latency_us"]) if "latency_us" in row else "-",
-                     needs, fit))
-    chosen = str(placement["memory"])
-    where = f" The program lies in <b>{escape(str(program_in))}</b>." if program_in else ""
-    text = (f"<p>Memory placement <b>{escape(chosen)}</b>: "
-            f"{escape(PLACEMENTS.get(chosen, chosen))} (chosen by "
-            f"{escape(str(placement.get('asked', '')))}: "
-            f"{escape(str(placement.get('why', '')))}).{where}</p>")
-    return text + (_table(("placement", "latency", "need per region", "fit"), rows)
-                   if rows else "")
-
-
-def _memory_section(memory: dict, placement: dict | None = None) -> str:
-    head = "<section id=\"memory\"><h2>Memory</h2>"
-    if not memory:
-        return head + "<p class=\"muted\">No memory figures in this report.</p></section>"
-    out = [head, _placement_html(placement or {}, memory.get("program_in"))]
-    regions = _regions(memory)
-    if regions:
-        rows = []
-        for r in regions:
-            if r["fits"] is None:
-                verdict = ("html", '<span class="muted">no capacity</span>')
-            elif r["fits"]:
-                verdict = ("html", f'<span class="ok">fits</span>, margin {_bytes(r["margin"])}')
-            else:
-                short = -r["margin"] if isinstance(r["margin"], (int, float)) else "?"
-                verdict = ("html", f'<span class="over">does not fit</span>: over by '
-                                   f'{_bytes(short)}')
-            pct = f" ({100 * r['used'] / r['capacity']:.1f}%)" if r["capacity"] and \
-                r["used"] is not None else ""
-            legend = ", ".join(f"{label(n)} {_bytes(b)}" for n, b in r["parts"])
-            name = ("html", f"<b>{escape(r['name'])}</b>" + (
-                f'<div class="muted" style="font-size:12px">{escape(r["about"])}</div>'
-                if r["about"] else ""))
-            rows.append((name, ("html", _region_bar(r) + (
-                f'<div class="muted" style="font-size:12px">{escape(legend)}</div>'
-                if legend else "")),
-                "-" if r["used"] is None else _bytes(r["used"]) + pct,
-                "-" if r["capacity"] is None else _bytes(r["capacity"]), verdict))
-        out.append(_table(("region", "need against capacity", "need", "capacity", "fit"),
-                          rows))
-    if memory.get("program_in") and not (placement or {}).get("memory"):
-        out.append(f"<p>The program lies in <b>{escape(str(memory['program_in']))}</b>.</p>")
-    notes = memory.get("notes")
-    if isinstance(notes, list) and notes:
-        out.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
-    summary = memory.get("summary")
-    if isinstance(summary, dict) and _scalars(summary):
-        out.append("<h3>in total</h3>" + _kv_table(_scalars(summary)))
-    for key, value in memory.items():  # anything else, shown as it is
-        if key in ("regions", "summary", "notes", "program_in", "target"):
-            continue
-        out.append(f"<h3>{escape(SECTIONS.get(key, label(key)))}</h3>" + _generic(value))
-    out.append("</section>")
-    return "\n".join(out)
-
-
-SECTIONS = {"flash": "the program (.pte): what it stores", "ram": "RAM: what it needs at run time"}
-
-
-def _generic(value) -> str:
-    """A nested value as a table (dict of scalars, list of dicts) or as text."""
-    if isinstance(value, dict) and value and all(
-            not isinstance(v, (dict, list)) or (isinstance(v, list) and all(
-                not isinstance(e, (dict, list)) for e in v)) for v in value.values()):
-        return _kv_table(list(value.items()))
-    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        keys = list(dict.fromkeys(k for v in value for k in v))
-        return _table(keys, [[_num(v.get(k, "")) if not isinstance(v.get(k), (dict, list))
-                              else json.dumps(v.get(k), sort_keys=True) for k in keys]
-                             for v in value])
-    return f"<pre>{escape(json.dumps(value, indent=1, sort_keys=True, default=str))}</pre>"
+    return f"{fmt_num(amount)} {row.get('unit', '')}".strip()
 
 
 # tables ---------------------------------------------------------------------------------
-def shape_text(shape) -> str:
-    """``(1, 3, 224, 224)`` -> ``1x3x224x224``."""
-    return "x".join(map(str, shape)) if shape else "scalar"
-
-
-def op_shapes(o) -> str:
-    """An op's input and output shapes, ``1x3x8x8 -> 1x8x8x8``; "" when unknown."""
-    if not o.output_shape and not o.input_shapes:
-        return ""
-    ins = ", ".join(shape_text(s) for s in o.input_shapes)
-    return f"{ins} \u2192 {shape_text(o.output_shape)}" if ins else shape_text(o.output_shape)
-
-
-def op_times(report) -> dict[str, tuple[float, str]]:
-    """Node -> (estimated µs, basis): NPU ops from ``latency["npu_ops"]``, CPU ops from
-    their latency rows."""
-    lat = report.latency or {}
-    by_ident = {o.ident: o.node for o in report.ops if o.ident}
-    out: dict[str, tuple[float, str]] = {}
-    for r in lat.get("rows") or []:
-        if isinstance(r, dict) and isinstance(r.get("us"), (int, float)):
-            node = by_ident.get(r.get("ident"), r.get("node"))
-            us, _ = out.get(node, (0.0, ""))
-            out[node] = (us + r["us"], str(r.get("basis", "")))
-    for node, t in (lat.get("npu_ops") or {}).items():
-        if isinstance(t, dict) and isinstance(t.get("us"), (int, float)):
-            out[node] = (t["us"], str(t.get("basis", "")))
-    return out
-
-
 def _ops_section(report) -> str:
     us = op_times(report)
     rows, attrs = [], []
@@ -630,7 +287,7 @@ def _ops_section(report) -> str:
             time = ("html", f'<span title="{escape(us[o.node][1])}">{us[o.node][0]:,.2f}'
                             f"{'*' if 'peak' in us[o.node][1] else ''}</span>")
         rows.append((i, o.layer or "(forward)", o.node, o.op, o.placement, o.precision,
-                     op_shapes(o), _num(o.macs) if o.macs else "", time, o.reason,
+                     op_shapes(o), fmt_num(o.macs) if o.macs else "", time, o.reason,
                      ", ".join(o.inputs)))
         attrs.append(f' id="op-{i}" class="{escape(kernel)}"')
     note = ""
@@ -642,7 +299,7 @@ def _ops_section(report) -> str:
                 "estimate); an op fused into the one before it shows 0.</p>")
     return ("<section id=\"ops\"><h2>Compute ops</h2>" + note
             + '<div class="scroll">'
-            + _table(("#", "layer", "node", "op", "runs on", "activations",
+            + html_table(("#", "layer", "node", "op", "runs on", "activations",
                       "shapes (in \u2192 out)", "MACs", "est. \u00b5s", "why not on the NPU",
                       "inputs"), rows,
                      numeric=(0, 7, 8), row_attrs=attrs, cls="ops")
@@ -667,7 +324,7 @@ def _layers_section(layers) -> str:
         return ""
 
     def db(value):
-        return "" if value is None else _num(value) if not isinstance(value, float) \
+        return "" if value is None else fmt_num(value) if not isinstance(value, float) \
             else ("inf" if value == float("inf") else f"{value:.2f}")
 
     rows, attrs = [], []
@@ -683,7 +340,7 @@ def _layers_section(layers) -> str:
             "model of each op's host-run value and of the quantized reference's; the op where "
             "accuracy is lost comes first (marked: more than 3 dB lost, or more than 1 dB "
             "behind the reference).</p>"
-            + _table(("node", "op", "runs on", "host value from", "SQNR dB", "reference dB",
+            + html_table(("node", "op", "runs on", "host value from", "SQNR dB", "reference dB",
                       "gap dB", "max error (steps)", "loss dB"), rows,
                      numeric=(4, 5, 6, 7, 8), row_attrs=attrs)
             + "</section>")
@@ -703,13 +360,13 @@ def _partitions_section(report) -> str:
         for t in p.tflite_ops:
             counts[t] = counts.get(t, 0) + 1
         tfl = ", ".join(f"{t}\u00d7{n}" if n > 1 else t for t, n in counts.items())
-        stats = " ".join(f'<span class="stat">{escape(label(k))} <b>{escape(_figure(k, v))}'
+        stats = " ".join(f'<span class="stat">{escape(label(k))} <b>{escape(fmt_figure(k, v))}'
                          f'</b></span>' for k, v in p.stats.items()
                          if not isinstance(v, (dict, list)))
         rows.append((p.index, p.compiler, len(p.ops), f"{us[p.index]:,.2f}" if p.index in us
                      else "", counts.get("TRANSPOSE", 0), tfl, ("html", stats)))
     return ("<section id=\"partitions\"><h2>NPU partitions</h2>"
-            + _table(("partition", "compiler", "ops", "est. \u00b5s", "transposes inside",
+            + html_table(("partition", "compiler", "ops", "est. \u00b5s", "transposes inside",
                       "TFLite ops", "compiler figures"), rows, numeric=(0, 2, 3, 4))
             + "</section>")
 
@@ -726,7 +383,7 @@ def _io_section(io: dict, program_io: dict | None = None) -> str:
         return ("<section id=\"io\"><h2>Program I/O (float)</h2><p class=\"muted\">The "
                 "program takes and returns float tensors; it quantizes its inputs and "
                 "dequantizes its outputs itself.</p>"
-                + _table(("", "name", "shape", "dtype"), rows) + "</section>")
+                + html_table(("", "name", "shape", "dtype"), rows) + "</section>")
     rows = []
     for kind in ("inputs", "outputs"):
         for i, t in enumerate(io.get(kind, [])):
@@ -738,7 +395,7 @@ def _io_section(io: dict, program_io: dict | None = None) -> str:
     return (f"<section id=\"io\"><h2>Program I/O ({escape(str(io.get('mode', 'int8')))})</h2>"
             "<p class=\"muted\">real = scale \u00d7 (q \u2212 zero_point); "
             "q = clamp(round(real / scale) + zero_point)</p>"
-            + _table(("", "name", "shape", "dtype", "scale", "zero point", "range"), rows)
+            + html_table(("", "name", "shape", "dtype", "scale", "zero point", "range"), rows)
             + "</section>")
 
 
@@ -757,7 +414,7 @@ def _kernels_section(kernels) -> str:
              "yes" if k.get("available", True) else ("html", '<span class="over">NOT PROVIDED'
                                                              "</span>")) for k in kernels]
     return ("<section id=\"kernels\"><h2>Kernels the firmware must link</h2>"
-            + _table(("op", "library", "provided on this target"), rows) + "</section>")
+            + html_table(("op", "library", "provided on this target"), rows) + "</section>")
 
 
 def _versions_section(versions) -> str:
@@ -770,4 +427,4 @@ def _versions_section(versions) -> str:
         else:
             rows.append((key, ", ".join(map(str, value)) if isinstance(value, list) else value))
     return ("<section id=\"versions\"><h2>Versions</h2>"
-            + _table(("what", "version"), rows) + "</section>")
+            + html_table(("what", "version"), rows) + "</section>")
