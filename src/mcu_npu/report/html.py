@@ -128,8 +128,9 @@ def _header(report, s: dict) -> str:
     for region in memory_regions(report.memory or {}):
         if region["capacity"] and region["used"]:
             fits = "fits" if region["fits"] else "DOES NOT FIT"
-            cards.append(card(f"{region['name']} needs", fmt_bytes(region["used"]).split(" (")[0],
-                               f"of {fmt_bytes(region['capacity']).split(' (')[0]}: {fits}"))
+            cards.append(card(f"{region['name']} needs", _short(region["used"]),
+                              f"of {_short(region['capacity'])} ({region['used']:,} B): {fits}",
+                              bad=region["fits"] is False))
     out.append(f'<div class="cards">{"".join(cards)}</div>')
     warning = accuracy_warning(acc)
     if warning:
@@ -141,6 +142,14 @@ def _header(report, s: dict) -> str:
         out.append("<h3>accuracy</h3>" + kv_table(others))
     out.append("</header>")
     return "\n".join(out)
+
+
+def _short(n) -> str:
+    """Bytes in the largest unit that keeps them above 1: ``1.5 MiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,} B"
 
 
 def _legend(items) -> str:
@@ -181,6 +190,17 @@ def _hbars(items, *, unit_fmt=fmt_us, label_w=270, width=1000, bar_h=16) -> str:
                    f'<title>{escape(tip)}</title></g>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _step_label(row: dict, report) -> str:
+    """A latency step as people read it: the layer of the op it runs, else its kind and
+    node (``quantize: cortex_m_quantize_per_tensor_default``)."""
+    node, kind = str(row.get("node", "")), str(row.get("kind", ""))
+    op = next((o for o in report.ops if o.ident and o.ident == row.get("ident")), None) \
+        if report is not None else None
+    if op is not None and op.layer:
+        return f"{op.layer} ({kind})"
+    return node if kind in ("npu", "") else f"{kind}: {node}"
 
 
 def _npu_layers_html(report) -> str:
@@ -251,7 +271,7 @@ def _latency_section(lat: dict, report=None) -> str:
         out.append("<h3>by kind</h3>" + _hbars(items))
         if report is not None:
             out.append(_npu_layers_html(report))
-        steps = [(f"{r.get('node', '')}", r.get("us") or 0,
+        steps = [(_step_label(r, report), r.get("us") or 0,
                   _colour(_runs_on_class(r.get("runs_on"))),
                   f"{r.get('node', '')}: {r.get('op', '')}, {r.get('kind', '')} on "
                   f"{r.get('runs_on', '')}, {fmt_num(r.get('cycles'))} cycles"
