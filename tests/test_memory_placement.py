@@ -121,7 +121,7 @@ def test_the_placement_travels_with_the_program(auto300, tmp_path):
     assert "flash" in text.split("placement: sram")[1]
     assert "does not fit" not in text
     html = auto300.report.to_html()
-    assert "placed in <b>sram</b>" in html and "need per region" in html
+    assert "Memory placement <b>sram</b>" in html and "need per region" in html
 
 
 def test_a_small_sram_gets_the_flash_placement_and_sram_asked_warns():
