@@ -77,11 +77,11 @@ def op_cycles(stats: dict, op_nodes: dict) -> dict:
         return stats
     per_op: dict[str, int] = {}
     other = 0
+    graph = next((ns[0].graph for ns in op_nodes.values() if ns), None)
+    order = {n: i for i, n in enumerate(graph.nodes)} if graph is not None else {}
     for index, cycles in sorted(layers.items()):
-        nodes = op_nodes.get(index, [])  # sorted by name; the graph's order puts the op
-        if nodes:                          # first and an activation fused after it later
-            order = {n: i for i, n in enumerate(nodes[0].graph.nodes)}
-            nodes = sorted(nodes, key=order.get)
+        # the graph's order puts the op first and an activation fused after it later
+        nodes = sorted(op_nodes.get(index, []), key=order.get)
         idents = [i for i in dict.fromkeys(map(node_id, nodes)) if i]
         if idents:
             per_op[idents[0]] = per_op.get(idents[0], 0) + cycles
