@@ -230,12 +230,15 @@ class Report:
         ]
         if s["macs"]:
             lines.append(f"MACs {s['macs']:,} ({s['npu_macs']:,} on the NPU)")
+        from .labels import label
+
         for key in STAT_KEYS[:-1]:
             if key in s:
-                lines.append(f"{key} {s[key]:,}")
+                lines.append(f"{label(key)} {s[key]:,}{' B' if key.endswith('bytes') else ''}")
         lines += self._latency_lines()
         for key, value in self.accuracy.items():
-            lines.append(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}")
+            lines.append(f"{label(key)} {value:.2f}" if isinstance(value, float)
+                         else f"{label(key)} {value}")
         from .advice import accuracy_warning, latency_advice
         from .labels import op_shapes, op_times
 
