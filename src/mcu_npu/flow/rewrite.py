@@ -46,13 +46,13 @@ def default_aten_passes(target) -> list:
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind, FoldConstants,
                               FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
-                              LinearOfActivations, StackByConcat)
+                              LinearOfActivations, SaturateAttentionMask, StackByConcat)
 
     return [InlineDisabledAutocast(), AddBatchDimension(), LinearOfActivations(),
             DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
-            FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
-            StackByConcat(),
-            DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
+            FoldSelectOfCat(), FoldLinearOfZeros(), DecomposeScaledDotProductAttention(),
+            FoldConstants(), SaturateAttentionMask(), ConvertDivToMul(), StackByConcat(),
+            DecomposeUnbind(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]
