@@ -1,5 +1,6 @@
-"""Attention as libraries write it: one small module per spelling, ``SPELLINGS[name]()`` ->
-``(module, example_inputs)``.
+"""Attention as libraries write it: one small module per spelling. ``FACTORIES[name](width,
+heads, tokens)`` makes one; ``spelling(name)`` gives ``(module, example_inputs)`` at the test
+size.
 
 Each spelling computes self-attention over ``x`` [1, TOKENS, WIDTH] with HEADS heads; what
 differs is how the scores, the scale and the mask are written: ``nn.MultiheadAttention``,
@@ -11,36 +12,38 @@ padding mask (``== 0``, ``.any()``, ``.all()``, ``expand``, ``masked_fill``, ``w
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 WIDTH, HEADS, TOKENS = 16, 2, 8
-HEAD = WIDTH // HEADS
 
 
 class _Heads(nn.Module):
     """qkv projection into heads [B, H, T, D] and the output projection back."""
 
-    def __init__(self):
+    def __init__(self, width=WIDTH, heads=HEADS, tokens=TOKENS):
         super().__init__()
-        self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
-        self.proj = nn.Linear(WIDTH, WIDTH)
+        self.width, self.heads, self.tokens, self.head = width, heads, tokens, width // heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
 
     def split(self, x):
         b, t, _ = x.shape
-        q, k, v = self.qkv(x).reshape(b, t, 3, HEADS, HEAD).permute(2, 0, 3, 1, 4)
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, self.head).permute(2, 0, 3, 1, 4)
         return q, k, v
 
     def merge(self, y):
         b, _, t, _ = y.shape
-        return self.proj(y.transpose(1, 2).reshape(b, t, WIDTH))
+        return self.proj(y.transpose(1, 2).reshape(b, t, self.width))
 
 
 class MultiheadAttention(nn.Module):
-    def __init__(self):
+    def __init__(self, width=WIDTH, heads=HEADS, tokens=TOKENS):
         super().__init__()
-        self.attn = nn.MultiheadAttention(WIDTH, HEADS, batch_first=True)
+        self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
 
     def forward(self, x):
         return self.attn(x, x, x, need_weights=False)[0]
@@ -49,25 +52,26 @@ class MultiheadAttention(nn.Module):
 class MultiheadAttentionPadding(nn.Module):
     """``nn.MultiheadAttention`` with a constant ``key_padding_mask`` (last token padded)."""
 
-    def __init__(self):
+    def __init__(self, width=WIDTH, heads=HEADS, tokens=TOKENS):
         super().__init__()
-        self.attn = nn.MultiheadAttention(WIDTH, HEADS, batch_first=True)
-        pad = torch.zeros(1, TOKENS, dtype=torch.bool)
-        pad[:, -1] = True
+        self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
+        pad = torch.zeros(1, tokens, dtype=torch.bool)
+        pad[:, -1] = tokens > 1  # a key left to attend to
         self.register_buffer("pad", pad)
 
     def forward(self, x):
-        return self.attn(x, x, x, key_padding_mask=self.pad, need_weights=False)[0]
+        pad = self.pad.expand(x.shape[0], -1)
+        return self.attn(x, x, x, key_padding_mask=pad, need_weights=False)[0]
 
 
 class Sdpa(_Heads):
     """``F.scaled_dot_product_attention`` with the keyword arguments given at construction; a
     mask (if any) is a buffer."""
 
-    def __init__(self, mask=None, **kwargs):
-        super().__init__()
+    def __init__(self, width=WIDTH, heads=HEADS, tokens=TOKENS, mask=None, **kwargs):
+        super().__init__(width, heads, tokens)
         self.kwargs = kwargs
-        self.register_buffer("mask", mask)
+        self.register_buffer("mask", None if mask is None else mask(tokens))
 
     def forward(self, x):
         q, k, v = self.split(x)
@@ -75,21 +79,21 @@ class Sdpa(_Heads):
         return self.merge(F.scaled_dot_product_attention(q, k, v, **extra, **self.kwargs))
 
 
-def _band(width: int = 2) -> torch.Tensor:
-    i = torch.arange(TOKENS)
-    return (i[:, None] - i[None, :]).abs() <= width  # True: attend
+def _band(tokens: int) -> torch.Tensor:
+    i = torch.arange(tokens)
+    return (i[:, None] - i[None, :]).abs() <= 2  # True: attend
 
 
 class Eager(_Heads):
     """``softmax(q @ k^T * s + bias)`` with a learned additive bias per head."""
 
-    def __init__(self):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(HEADS, TOKENS, TOKENS) * 0.5)
+    def __init__(self, width=WIDTH, heads=HEADS, tokens=TOKENS):
+        super().__init__(width, heads, tokens)
+        self.bias = nn.Parameter(torch.randn(heads, tokens, tokens) * 0.5)
 
     def forward(self, x):
         q, k, v = self.split(x)
-        scores = q @ k.transpose(-2, -1) * HEAD ** -0.5 + self.bias
+        scores = q @ k.transpose(-2, -1) * self.head ** -0.5 + self.bias
         return self.merge(scores.softmax(-1) @ v)
 
 
@@ -100,12 +104,13 @@ class PaddingMask(_Heads):
     ``masked_fill`` or ``where`` with ``torch.finfo(dtype).min``, then SDPA or an eager
     softmax."""
 
-    def __init__(self, fill="masked_fill", eager=False, reduce="any", ones=True):
-        super().__init__()
+    def __init__(self, width=WIDTH, heads=HEADS, tokens=TOKENS, fill="masked_fill",
+                 eager=False, reduce="any", ones=True):
+        super().__init__(width, heads, tokens)
         self.fill, self.eager, self.reduce = fill, eager, reduce
-        mask = torch.ones(1, TOKENS, dtype=torch.long)
+        mask = torch.ones(1, tokens, dtype=torch.long)
         if not ones:
-            mask[:, -2:] = 0
+            mask[:, max(1, tokens - 2):] = 0  # the last two tokens, keeping one
         self.register_buffer("padding", mask)
 
     def forward(self, x):
@@ -114,7 +119,7 @@ class PaddingMask(_Heads):
         keep = self.padding
         pad = keep == 0
         needed = pad.any() if self.reduce == "any" else ~(keep.bool().all())
-        full = (pad & needed)[:, None, None, :].expand(b, HEADS, t, t)  # masking only if needed
+        full = (pad & needed)[:, None, None, :].expand(b, self.heads, t, t)  # masking only if needed
         low = torch.finfo(x.dtype).min
         if self.fill == "masked_fill":
             bias = torch.zeros(full.shape, dtype=x.dtype).masked_fill(full, low)
@@ -122,7 +127,7 @@ class PaddingMask(_Heads):
             bias = torch.where(full, torch.tensor(low, dtype=x.dtype),
                                torch.tensor(0.0, dtype=x.dtype))
         if self.eager:
-            scores = q @ k.transpose(-2, -1) / HEAD ** 0.5 + bias
+            scores = q @ k.transpose(-2, -1) / self.head ** 0.5 + bias
             return self.merge(F.softmax(scores, dim=-1) @ v)
         return self.merge(F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
 
@@ -131,13 +136,13 @@ class CausalMaskedFill(_Heads):
     """GPT-style eager attention: the scores themselves ``masked_fill``-ed with ``-inf`` above
     the diagonal of a constant lower-triangular buffer."""
 
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("tril", torch.tril(torch.ones(TOKENS, TOKENS)))
+    def __init__(self, width=WIDTH, heads=HEADS, tokens=TOKENS):
+        super().__init__(width, heads, tokens)
+        self.register_buffer("tril", torch.tril(torch.ones(tokens, tokens)))
 
     def forward(self, x):
         q, k, v = self.split(x)
-        scores = q @ k.transpose(-2, -1) * HEAD ** -0.5
+        scores = q @ k.transpose(-2, -1) * self.head ** -0.5
         scores = scores.masked_fill(self.tril == 0, float("-inf"))
         return self.merge(torch.softmax(scores, dim=-1) @ v)
 
@@ -146,35 +151,37 @@ class RelativePositionBias(_Heads):
     """A learned table of biases indexed by a constant relative-position index buffer (Swin,
     T5-style), added to the scores before the softmax."""
 
-    def __init__(self):
-        super().__init__()
-        self.table = nn.Parameter(torch.randn(2 * TOKENS - 1, HEADS) * 0.5)
-        i = torch.arange(TOKENS)
-        self.register_buffer("index", (i[:, None] - i[None, :] + TOKENS - 1).flatten())
+    def __init__(self, width=WIDTH, heads=HEADS, tokens=TOKENS):
+        super().__init__(width, heads, tokens)
+        self.table = nn.Parameter(torch.randn(2 * tokens - 1, heads) * 0.5)
+        i = torch.arange(tokens)
+        self.register_buffer("index", (i[:, None] - i[None, :] + tokens - 1).flatten())
 
     def forward(self, x):
         q, k, v = self.split(x)
-        bias = self.table[self.index].view(TOKENS, TOKENS, HEADS).permute(2, 0, 1)
-        scores = (q * HEAD ** -0.5) @ k.transpose(-2, -1) + bias.unsqueeze(0)
+        t = self.tokens
+        bias = self.table[self.index].view(t, t, self.heads).permute(2, 0, 1)
+        scores = (q * self.head ** -0.5) @ k.transpose(-2, -1) + bias.unsqueeze(0)
         return self.merge(scores.softmax(dim=-1) @ v)
 
 
-def _float_mask() -> torch.Tensor:
-    return torch.where(_band(), 0.0, -1e4) + torch.randn(TOKENS, TOKENS) * 0.1
+def _float_mask(tokens: int) -> torch.Tensor:
+    """A band of -1e4 (BERT's fill) plus a small learned-looking bias everywhere."""
+    return torch.where(_band(tokens), 0.0, -1e4) + torch.randn(tokens, tokens) * 0.1
 
 
 FACTORIES = {
     "multihead_attention": MultiheadAttention,
     "multihead_attention_padding": MultiheadAttentionPadding,
-    "sdpa": lambda: Sdpa(),
-    "sdpa_bool_mask": lambda: Sdpa(_band()),
-    "sdpa_float_mask": lambda: Sdpa(_float_mask()),
-    "sdpa_causal": lambda: Sdpa(is_causal=True),
-    "sdpa_scale": lambda: Sdpa(scale=0.2),
+    "sdpa": Sdpa,
+    "sdpa_bool_mask": partial(Sdpa, mask=_band),
+    "sdpa_float_mask": partial(Sdpa, mask=_float_mask),
+    "sdpa_causal": partial(Sdpa, is_causal=True),
+    "sdpa_scale": partial(Sdpa, scale=0.2),
     "eager_bias": Eager,
-    "padding_any_masked_fill": lambda: PaddingMask(),
-    "padding_all_where": lambda: PaddingMask(fill="where", reduce="all", ones=False),
-    "padding_eager_masked_fill": lambda: PaddingMask(eager=True, ones=False),
+    "padding_any_masked_fill": PaddingMask,
+    "padding_all_where": partial(PaddingMask, fill="where", reduce="all", ones=False),
+    "padding_eager_masked_fill": partial(PaddingMask, eager=True, ones=False),
     "eager_causal_masked_fill": CausalMaskedFill,
     "relative_position_bias": RelativePositionBias,
 }

@@ -43,9 +43,10 @@ FIXED_QPARAMS_INT16 = {kind: (1.0 / 32768.0, 0) for kind in FIXED_QPARAMS}
 
 MASKED_BELOW = -1e30
 """A masked attention score (``SaturateAttentionMask``: a score plus ``finfo.min``) is below."""
-MASK_MARGIN = math.log(512.0)
-"""How far below the lowest kept score masked ones saturate: exp(-margin) is half an int8
-softmax output step, so a masked weight rounds to 0."""
+MASK_MARGIN = math.log(2048.0)
+"""How far below the lowest kept score masked ones saturate: exp(-margin) is an eighth of an
+int8 softmax output step, so a masked weight rounds to 0 even after the scores' own rounding
+and the kernel's exp approximation (half a step, ln(512), is not enough: measured)."""
 
 
 class MaskedScoresObserver(MinMaxObserver):

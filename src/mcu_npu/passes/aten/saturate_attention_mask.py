@@ -20,7 +20,7 @@ score is 0 either way. In int8 an additive ``-inf`` or ``-3.4e38`` would set the
 add (every kept score would round to one value) and of the mask constant (the int8 ADD would
 lose the scores beside it). The add is tagged (``MASK_KEY``) so the quantizer gives it
 instead: an output range observed over the kept scores only and widened below by
-``ln(512)`` (a masked weight below half a softmax output step), and a mask constant on the
+``ln(2048)`` (a masked weight below an eighth of a softmax output step), and a mask constant on the
 scale of that range, so that masked scores saturate to the range's floor and kept ones are
 added 0, exactly.
 """
@@ -43,8 +43,9 @@ aten = torch.ops.aten
 MASK_KEY = "mcu_npu_attention_mask"
 """Node meta marking the add of a 0 / ``MASKED`` attention mask (read by the quantizer)."""
 
-MASKED_AT = -1e4
-"""A mask entry at or below this masks its position (BERT's -10000 up to -inf)."""
+MASKED_AT = -1e3
+"""A mask entry at or below this masks its position (BERT's -10000, ``finfo.min``, -inf, and
+-1e4 plus a small bias): exp(-1000) is 0 in float32, so the softmax weight is 0 already."""
 
 _SOFTMAX = (aten.softmax.int, aten._softmax.default)
 
