@@ -12,6 +12,7 @@ padding mask (``== 0``, ``.any()``, ``.all()``, ``expand``, ``masked_fill``, ``w
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import torch
@@ -132,6 +133,19 @@ class PaddingMask(_Heads):
         return self.merge(F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
 
 
+class ExtendedMask(_Heads):
+    """BERT's extended mask: no padding mask given, so one of ones made in ``forward``, then
+    ``(1 - mask[:, None, None, :]) * finfo.min`` added to the eager scores."""
+
+    def forward(self, x):
+        q, k, v = self.split(x)
+        b, t = x.shape[:2]
+        mask = torch.ones(b, t)
+        extended = (1.0 - mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head) + extended
+        return self.merge(nn.functional.softmax(scores, dim=-1) @ v)
+
+
 class CausalMaskedFill(_Heads):
     """GPT-style eager attention: the scores themselves ``masked_fill``-ed with ``-inf`` above
     the diagonal of a constant lower-triangular buffer."""
@@ -183,6 +197,7 @@ FACTORIES = {
     "padding_all_where": partial(PaddingMask, fill="where", reduce="all", ones=False),
     "padding_eager_masked_fill": partial(PaddingMask, eager=True, ones=False),
     "eager_causal_masked_fill": CausalMaskedFill,
+    "extended_ones_mask": ExtendedMask,
     "relative_position_bias": RelativePositionBias,
 }
 

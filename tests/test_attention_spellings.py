@@ -2,7 +2,8 @@
 spelling into bmm / mul / add / softmax exactly, with whatever was computed from constants
 folded and a mask made one saturating add; in int8 a masked weight is exactly 0; compiled for
 corstone-320, softmax and both matmuls run on the NPU in one partition within the numerics
-contract (and on corstone-300 and imxrt700 for a masked spelling each)."""
+contract (and on corstone-300 and imxrt700 for a masked spelling each); a mask add left to
+the CPU is as accurate."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from torch import nn
 
 import mcu_npu
 from attention_spellings import FACTORIES, TOKENS, spelling
-from helpers import (calibration_set, output_step, quantized_edge, run_tflite, sqnr_db,
-                     sqnr_holds)
+from helpers import (calibration_set, output_step, quantized_edge, run_tflite, sqnr_close,
+                     sqnr_db, sqnr_holds)
 from mcu_npu.flow.export import export_module
 from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.passes.aten import FoldConstants, SaturateAttentionMask
@@ -25,6 +26,7 @@ from mcu_npu.tflite import convert
 aten = torch.ops.aten
 MASKED = {"multihead_attention_padding", "sdpa_bool_mask", "sdpa_float_mask", "sdpa_causal",
           "padding_all_where", "padding_eager_masked_fill", "eager_causal_masked_fill"}
+ALL_ONES = {"padding_any_masked_fill", "extended_ones_mask"}
 # Left after the passes only by what the NPU does not run or the folder should have computed.
 NOT_LEFT = {aten.scaled_dot_product_attention.default, aten.masked_fill.Scalar,
             aten.masked_fill_.Scalar, aten.where.self, aten.eq.Scalar, aten.any.default,
@@ -44,6 +46,8 @@ def test_passes_make_bmm_add_softmax_exactly(name):
     assert targets.count(aten.bmm.default) == 2 and targets.count(aten.softmax.int) == 1
     (softmax,) = [n for n in calls if n.target == aten.softmax.int]
     assert bool(softmax.args[0].meta.get(MASK_KEY)) == (name in MASKED)
+    if name in ALL_ONES:  # the additive form of an all-ones mask is gone
+        assert softmax.args[0].target == aten.mul.Tensor
     torch.testing.assert_close(gm(*x), module(*x), rtol=1e-5, atol=1e-5)
 
 
@@ -99,9 +103,10 @@ def test_masked_weights_are_exactly_zero_in_int8():
     assert sqnr_db(CausalWeights()(*x), want) > 25.0  # float agrees too: the rows sum to 1
 
 
-def _compile(name, target):
+def _compile(name, target, **options):
     module, x = spelling(name)
-    prog = mcu_npu.compile(module, x, target=target, calibration=calibration_set(x, seed=1))
+    prog = mcu_npu.compile(module, x, target=target, calibration=calibration_set(x, seed=1),
+                           **options)
     tests = calibration_set(x, seed=2)
     with torch.no_grad():
         want = torch.cat([module(*t).flatten() for t in tests])
@@ -133,3 +138,14 @@ def test_masked_spelling_runs_on_the_npu_on_other_targets(name, target):
     prog, host, ref = _compile(name, target)
     _attention_on_one_npu_partition(prog)
     assert sqnr_holds(host, ref), (host, ref)
+
+
+@pytest.mark.slow
+def test_mask_add_left_to_the_cpu_saturates_too():
+    """With nothing delegated, the mask add keeps its saturating quantization and the CPU
+    softmax reading it shares its range: as accurate as on the NPU (its own observer would
+    see the -3.4e38 scores and flatten every kept one)."""
+    _, npu, _ = _compile("sdpa_causal", "corstone-320")
+    prog, cpu, ref = _compile("sdpa_causal", "corstone-320", operators_not_to_delegate=["*"])
+    assert not [o for o in prog.report.ops if o.placement.startswith("NPU")]
+    assert sqnr_holds(cpu, ref) and sqnr_close(cpu, npu), (cpu, ref, npu)

@@ -182,7 +182,7 @@ def annotate_conv_transpose(node: Node, specs: QuantSpecs) -> None:
 def annotate_binary(node: Node, specs: QuantSpecs) -> None:
     """Two-operand arithmetic: every tensor operand and the output get their own parameters."""
     if node.meta.get(MASK_KEY):
-        return _annotate_masked_add(node, specs)
+        return annotate_masked_add(node, specs)
     inputs = {a: _act_input(a, specs) for a in _tensor_args(node)[:2]}
     if not inputs:
         return
@@ -194,7 +194,7 @@ def annotate_binary(node: Node, specs: QuantSpecs) -> None:
         _set(act, {}, specs.activation)
 
 
-def _annotate_masked_add(node: Node, specs: QuantSpecs) -> None:
+def annotate_masked_add(node: Node, specs: QuantSpecs) -> None:
     """Scores plus a 0 / ``finfo.min`` attention mask (``SaturateAttentionMask``): the output
     range covers the kept scores, and the mask is worth more than the scores' span, so
     masked scores saturate to the output's floor."""

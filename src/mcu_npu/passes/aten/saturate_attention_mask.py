@@ -12,6 +12,7 @@ causal mask made at run time from constants folded into; ``v`` at most ``MASKED_
 
 After::
 
+    softmax(s)                            # bias all 0 (an all-ones padding mask made additive)
     softmax(add(s + finite, mask))        # finite: bias with its masked entries 0 (when any
                                           #   entry is neither 0 nor masked); mask: 0 or MASKED
 
@@ -66,7 +67,8 @@ def _all_masked(value: torch.Tensor | None) -> bool:
 
 
 def _mask_of(gm: GraphModule, x: Node):
-    """(scores, masked positions, finite bias or None) of the masking op ``x``, or None."""
+    """(scores, masked positions, finite bias or None) of the masking op ``x``; (scores,
+    None, None) for an add of zeros; None if ``x`` is neither."""
     if is_call(x, aten.add.Tensor) and bind(x).alpha == 1:
         for s, c in (x.args[:2], x.args[1::-1]):
             value = _constant(gm, c)
@@ -75,6 +77,9 @@ def _mask_of(gm: GraphModule, x: Node):
                 masked = value <= MASKED_AT
                 finite = torch.where(masked, 0.0, value)
                 return s, masked, (finite if bool(finite.ne(0).any()) else None)
+            if value is not None and isinstance(s, Node) and bool((value == 0).all()) and \
+                    _same_shape(s, x):
+                return s, None, None  # a mask of all ones made additive: nothing masked
     if x.target in (aten.masked_fill.Scalar, aten.masked_fill.Tensor):
         s, m, v = x.args[:3]
         cond = _constant(gm, m)
@@ -92,8 +97,18 @@ def _mask_of(gm: GraphModule, x: Node):
     return None
 
 
-def _rewrite(gm: GraphModule, x: Node, scores: Node, masked: torch.Tensor,
+def _same_shape(a: Node, b: Node) -> bool:
+    va, vb = a.meta.get("val"), b.meta.get("val")
+    return isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and \
+        va.shape == vb.shape and va.dtype == vb.dtype
+
+
+def _rewrite(gm: GraphModule, x: Node, scores: Node, masked: torch.Tensor | None,
              finite: torch.Tensor | None) -> None:
+    if masked is None:  # an all-zero bias: the scores as they are
+        x.replace_all_uses_with(scores)
+        gm.graph.erase_node(x)
+        return
     emit = Emitter(gm.graph, x)
     if finite is not None:
         bias = constant_attr(gm, x, f"attention_bias_{x.name}", finite.float())
