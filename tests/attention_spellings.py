@@ -120,7 +120,8 @@ class PaddingMask(_Heads):
         keep = self.padding
         pad = keep == 0
         needed = pad.any() if self.reduce == "any" else ~(keep.bool().all())
-        full = (pad & needed)[:, None, None, :].expand(b, self.heads, t, t)  # masking only if needed
+        # masking only if needed, decided as a tensor
+        full = (pad & needed)[:, None, None, :].expand(b, self.heads, t, t)
         low = torch.finfo(x.dtype).min
         if self.fill == "masked_fill":
             bias = torch.zeros(full.shape, dtype=x.dtype).masked_fill(full, low)

@@ -494,8 +494,8 @@ def _b_batch(kind, shape, p):
 
 ATTENTION_SPELLINGS = ("multihead_attention_padding", "sdpa_bool_mask", "sdpa_float_mask",
                        "sdpa_causal", "sdpa_scale", "eager_bias", "padding_all_where",
-                       "padding_eager_masked_fill", "eager_causal_masked_fill", "extended_ones_mask",
-                       "relative_position_bias")
+                       "padding_eager_masked_fill", "eager_causal_masked_fill",
+                       "extended_ones_mask", "relative_position_bias")
 """``attention_spellings.FACTORIES`` names beyond the plain ``attention`` block."""
 
 _ACT = st.sampled_from(ACTIVATIONS)

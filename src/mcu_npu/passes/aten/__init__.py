@@ -36,4 +36,5 @@ __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertDivToMul"
            "DecomposeUnbind",
            "FoldConstants", "FoldLinearOfZeros", "FoldSelectOfCat", "InlineDisabledAutocast",
            "LinearOfActivations",
-           "ProjSizeNotSupportedError", "SaturateAttentionMask", "SplitGRUByLayers", "StackByConcat", "decompose_on_cpu"]
+           "ProjSizeNotSupportedError", "SaturateAttentionMask", "SplitGRUByLayers",
+           "StackByConcat", "decompose_on_cpu"]
