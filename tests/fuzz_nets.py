@@ -384,6 +384,15 @@ def _b_attention(kind, shape, p):
     return SelfAttention(width, heads), kind
 
 
+def _b_attention_spelling(kind, shape, p):
+    """Attention in one of the ways libraries write it (``attention_spellings``)."""
+    from attention_spellings import FACTORIES
+
+    width, tokens = shape[-1], shape[1]
+    heads = _pick([d for d in _divisors(width) if d <= 4], p["heads"])
+    return FACTORIES[p["spelling"]](width, heads, tokens), kind
+
+
 def _b_mean(kind, shape, p):
     if kind == "image":
         if p["keep"]:
@@ -483,6 +492,12 @@ def _b_batch(kind, shape, p):
     return Lambda(lambda x: x.unsqueeze(0), "unsqueeze(0)"), kind
 
 
+ATTENTION_SPELLINGS = ("multihead_attention_padding", "sdpa_bool_mask", "sdpa_float_mask",
+                       "sdpa_causal", "sdpa_scale", "eager_bias", "padding_all_where",
+                       "padding_eager_masked_fill", "eager_causal_masked_fill",
+                       "extended_ones_mask", "relative_position_bias")
+"""``attention_spellings.FACTORIES`` names beyond the plain ``attention`` block."""
+
 _ACT = st.sampled_from(ACTIVATIONS)
 _BODY = st.fixed_dictionaries({"k3": st.booleans(), "act": _ACT})
 _CONV = st.fixed_dictionaries({"out": I(1, 12), "k": I(1, 5), "stride": I(1, 3), "pad": I(0, 2),
@@ -524,6 +539,9 @@ BLOCKS = {
         {"cell": st.sampled_from(("gru", "lstm", "rnn")), "hidden": I(1, 12),
          "layers": I(1, 2), "bidir": st.booleans(), "relu": st.booleans()}), _b_recurrent),
     "attention": (("tokens",), False, st.fixed_dictionaries({"heads": I(0, 3)}), _b_attention),
+    "attention_spelling": (("tokens",), False, st.fixed_dictionaries(
+        {"spelling": st.sampled_from(ATTENTION_SPELLINGS), "heads": I(0, 3)}),
+        _b_attention_spelling),
     "mean": (BATCHED, False, st.fixed_dictionaries({"keep": st.booleans()}), _b_mean),
     "flatten": (("image", "seq", "tokens"), False, _NONE, _b_flatten),
     "last_step": (("tokens",), False, _NONE, _b_last_step),

@@ -29,12 +29,14 @@ def default_aten_passes(target) -> list:
     where the device rounds them; a linear layer with a run-time weight becomes a
     matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
     steps whose output is never read are not computed, a zero initial state costs no
-    recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
+    recurrent matmul, and per-step outputs are gathered without a copy each; attention (with
+    a mask computed from constants, or causal) becomes bmm, add and softmax; what is computed
     from constants alone is computed once, into a constant (a class token's expand, a bias
-    table's index, a standardised weight), so convolutions get plain weights, and a division
+    table's index, a standardised weight, an attention mask), so convolutions get plain
+    weights, and a mask before a softmax becomes an add the quantizer saturates; a division
     by a constant is a multiplication by its reciprocal; unbinds become
-    selects; attention, batched matmuls and layer, group and instance normalization become
-    the bmm, softmax, mean and elementwise ops NPUs run, each quantized on its own, and a
+    selects; batched matmuls and layer, group and instance normalization become
+    the bmm, mean and elementwise ops NPUs run, each quantized on its own, and a
     reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
     that no convolution or linear layer absorbs becomes a depthwise convolution, and a
     resize of a small map that the NPU cannot resize a linear layer over its positions."""
@@ -46,13 +48,13 @@ def default_aten_passes(target) -> list:
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind, FoldConstants,
                               FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
-                              LinearOfActivations, StackByConcat)
+                              LinearOfActivations, SaturateAttentionMask, StackByConcat)
 
     return [InlineDisabledAutocast(), AddBatchDimension(), LinearOfActivations(),
             DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
-            FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
-            StackByConcat(),
-            DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
+            FoldSelectOfCat(), FoldLinearOfZeros(), DecomposeScaledDotProductAttention(),
+            FoldConstants(), SaturateAttentionMask(), ConvertDivToMul(), StackByConcat(),
+            DecomposeUnbind(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]

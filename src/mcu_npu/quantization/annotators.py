@@ -23,6 +23,7 @@ from torchao.quantization.pt2e.quantizer import (
 )
 
 from ..passes.aten._recurrent import STATE_KEY
+from ..passes.aten.saturate_attention_mask import MASK_KEY
 from .qspecs import QuantSpecs
 
 aten = torch.ops.aten
@@ -180,6 +181,8 @@ def annotate_conv_transpose(node: Node, specs: QuantSpecs) -> None:
 @rule("binary")
 def annotate_binary(node: Node, specs: QuantSpecs) -> None:
     """Two-operand arithmetic: every tensor operand and the output get their own parameters."""
+    if node.meta.get(MASK_KEY):
+        return annotate_masked_add(node, specs)
     inputs = {a: _act_input(a, specs) for a in _tensor_args(node)[:2]}
     if not inputs:
         return
@@ -189,6 +192,15 @@ def annotate_binary(node: Node, specs: QuantSpecs) -> None:
     else:
         _set(node, inputs, None)
         _set(act, {}, specs.activation)
+
+
+def annotate_masked_add(node: Node, specs: QuantSpecs) -> None:
+    """Scores plus a 0 / ``finfo.min`` attention mask (``SaturateAttentionMask``): the output
+    range covers the kept scores, and the mask is worth more than the scores' span, so
+    masked scores saturate to the output's floor."""
+    scores, mask = node.args[:2]
+    _set(node, {scores: _act_input(scores, specs), mask: specs.attention_mask((scores, node))},
+         specs.masked_scores)
 
 
 @rule("unary")

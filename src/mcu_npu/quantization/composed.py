@@ -30,10 +30,12 @@ from ..partition.placement import stamp_placement
 from ..partition.plan import Plan, PlanOptions
 from ..passes.aten.decompose_on_cpu import decompose_on_cpu
 from ..targets import Target, get_target
-from .annotators import KEY, output_dtype
+from ..passes.aten.saturate_attention_mask import MASK_KEY
+from .annotators import KEY, annotate_masked_add, output_dtype
 from .cortex_m import cortex_m_quantizer
 from .neutron_quantizer import NeutronQuantizer
 from .precision import PrecisionChoice
+from .qspecs import QuantSpecs
 
 aten = torch.ops.aten
 
@@ -124,9 +126,14 @@ class TargetQuantizer(Quantizer):
                 # stays float: an empty annotation keeps every Cortex-M rule off it (the
                 # shared-quantization rule spreads to any neighbour not yet annotated)
                 node.meta[KEY] = QuantizationAnnotation(_annotated=True)
+        for node in model.graph.nodes:
+            if node.meta.get(MASK_KEY) and not on_npu(node):
+                # an attention mask add saturates on the CPU too: any other rule would
+                # quantize its -3.4e38 entries into the scale of the scores after it
+                annotate_masked_add(node, QuantSpecs(is_qat=self.is_qat))
         if placement.cpu:
             on_cpu = lambda n: n.op == "call_function" and not on_npu(n) and \
-                node_id(n) not in decided.portable  # noqa: E731
+                node_id(n) not in decided.portable and not n.meta.get(MASK_KEY)  # noqa: E731
             scalars_to_constants(model, [n for n in model.graph.nodes if on_cpu(n)])
             cortex_m_quantizer(on_cpu, is_qat=self.is_qat).annotate(model)
             share_boundaries(model, on_npu)
@@ -194,16 +201,19 @@ def share_boundaries(model: GraphModule, on_npu: Callable[[Node], bool]) -> None
     its input with the producer's output observer. An input the consumer's own rule already
     shares (the Cortex-M rule of ``where``, ``cat``: inputs and output one group) is left
     alone: re-pointing it makes torchao's sharing groups recurse without end. An int16 NPU
-    output read by an int8 CPU kernel keeps the consumer's own parameters: a requantize."""
+    output read by an int8 CPU kernel keeps the consumer's own parameters: a requantize.
+    A CPU kernel reading an attention mask add shares its saturated range the same way
+    (its own observer would see the unsaturated -3.4e38 scores)."""
     for node in model.graph.nodes:
         ann: QuantizationAnnotation | None = node.meta.get(KEY)
         if node.op != "call_function" or ann is None:
             continue
         for arg, spec in list(ann.input_qspec_map.items()):
             producer = arg.meta.get(KEY)
+            crossing = on_npu(arg) != on_npu(node) or arg.meta.get(MASK_KEY)
             if spec is None or isinstance(spec, SharedQuantizationSpec) or \
                     arg.op != "call_function" or producer is None or \
-                    producer.output_qspec is None or on_npu(arg) == on_npu(node) or \
+                    producer.output_qspec is None or not crossing or \
                     output_dtype(arg) != getattr(spec, "dtype", None):
                 continue  # a shared spec already ties the input into its consumer's group
             ann.input_qspec_map[arg] = SharedQuantizationSpec(arg)

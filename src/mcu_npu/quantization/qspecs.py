@@ -11,6 +11,7 @@ converter widens it to the int64 the 16x8 kernels read, value for value.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,26 @@ FIXED_QPARAMS = {
 }
 FIXED_QPARAMS_INT16 = {kind: (1.0 / 32768.0, 0) for kind in FIXED_QPARAMS}
 """The same for TFLite's int16 LOGISTIC, TANH and SOFTMAX."""
+
+MASKED_BELOW = -1e30
+"""A masked attention score (``SaturateAttentionMask``: a score plus ``finfo.min``) is below."""
+MASK_MARGIN = math.log(2048.0)
+"""How far below the lowest kept score masked ones saturate: exp(-margin) is an eighth of an
+int8 softmax output step, so a masked weight rounds to 0 even after the scores' own rounding
+and the kernel's exp approximation (half a step, ln(512), is not enough: measured)."""
+
+
+class MaskedScoresObserver(MinMaxObserver):
+    """Min / max of attention scores over the kept positions only (masked ones are below
+    ``MASKED_BELOW``), the minimum lowered by ``MASK_MARGIN``: masked scores saturate to the
+    floor of the range, which is far enough below every kept score to weigh nothing."""
+
+    def forward(self, x_orig):
+        x = x_orig.detach()
+        kept = x[x > MASKED_BELOW]
+        if kept.numel():
+            super().forward(torch.stack([kept.min() - MASK_MARGIN, kept.max()]))
+        return x_orig
 
 
 @dataclass(frozen=True)
@@ -82,6 +103,38 @@ class QuantSpecs:
             ch_axis=ch_axis,
             observer_or_fake_quant_ctr=ctr,
         )
+
+    @property
+    def masked_scores(self) -> QuantizationSpec:
+        """Attention scores after an additive mask: ``MaskedScoresObserver``'s range."""
+        spec = self.activation
+        if self.is_qat:
+            ctr = FakeQuantize.with_args(observer=MaskedScoresObserver, qscheme=spec.qscheme)
+        else:
+            ctr = MaskedScoresObserver.with_args(eps=2**-20, qscheme=spec.qscheme)
+        return QuantizationSpec(dtype=spec.dtype, quant_min=spec.quant_min,
+                                quant_max=spec.quant_max, qscheme=spec.qscheme,
+                                observer_or_fake_quant_ctr=ctr)
+
+    def attention_mask(self, scores_edge) -> DerivedQuantizationSpec:
+        """The 0 / ``finfo.min`` mask added to the scores read over ``scores_edge`` (whose
+        sum is quantized by ``masked_scores``): 0 exact, and the lowest integer worth the
+        scores' span plus ``MASK_MARGIN``, so a masked score lands below the sum's floor."""
+        spec = self.activation
+        low, high = spec.quant_min, spec.quant_max
+        symmetric = spec.qscheme == torch.per_tensor_symmetric
+
+        def derive(observers):
+            obs = observers[0]
+            span = max(float(obs.max_val) - float(obs.min_val), 0.0) + MASK_MARGIN
+            scale = span / (-low if symmetric else high - low)
+            zero_point = 0 if symmetric else high
+            return torch.tensor(scale, dtype=torch.float32), \
+                torch.tensor(zero_point, dtype=torch.int32)
+
+        return DerivedQuantizationSpec(derived_from=[scores_edge], derive_qparams_fn=derive,
+                                       dtype=spec.dtype, quant_min=low, quant_max=high,
+                                       qscheme=spec.qscheme)
 
     @property
     def per_tensor_weight(self) -> QuantizationSpec:

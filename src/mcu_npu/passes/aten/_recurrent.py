@@ -148,7 +148,7 @@ def constant_attr(gm: GraphModule, near: Node, name: str, value: torch.Tensor) -
         node = gm.graph.get_attr(name)
     mode = next((getattr(a.meta.get("val"), "fake_mode", None) for a in near.all_input_nodes
                  if getattr(a.meta.get("val"), "fake_mode", None) is not None), None)
-    node.meta["val"] = mode.from_tensor(value) if mode is not None else value
+    node.meta["val"] = mode.from_tensor(value, static_shapes=True) if mode is not None else value
     return node
 
 

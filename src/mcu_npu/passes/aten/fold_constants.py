@@ -24,6 +24,13 @@ ops that made it are removed, and so are the attributes only they read. Such ops
 index, bitwise_not, batch norm on a weight, ...) have no int8 form, and a convolution's
 weight must be a constant for per-channel quantization.
 
+An in-place op on a tensor the graph has just made (``zeros_like(m).masked_fill_(m, -inf)``,
+as ``nn.MultiheadAttention`` turns a boolean padding mask into an additive one) is first made
+its functional form, read by every later reader of that tensor, so it folds like any other op;
+``detach_`` changes no value and does not make what it reads a run-time value. Boolean
+reductions (``any``, ``all``), comparisons (``eq``) and ``expand`` of constants fold like any
+other op, so a mask built from a constant padding mask is one constant.
+
 Not folded: random ops; ops that mutate an input (in place, or a training-mode batch norm
 that updates its running statistics) and whatever reads an attribute they mutate; ops outside
 the ``aten`` namespace (quantize / dequantize, custom ops); uninitialised ``empty`` tensors;
@@ -66,6 +73,7 @@ class FoldConstants(PassBase):
     """Replace every constant that a run-time node reads by a ``get_attr`` of its value."""
 
     def call(self, graph_module: GraphModule) -> PassResult:
+        functionalized = _functionalize_fresh(graph_module)
         values: dict[Node, object] = {}
         trainable: dict[Node, bool | None] = {}  # None: no parameter among its inputs
         mutated = _mutated_attrs(graph_module)
@@ -86,7 +94,7 @@ class FoldConstants(PassBase):
         read_attrs = {n.target for n in graph_module.graph.nodes if n.op == "get_attr"}
         mode = detect_fake_mode([n.meta["val"] for n in graph_module.graph.nodes
                                  if isinstance(n.meta.get("val"), torch.Tensor)])
-        modified = False
+        modified = functionalized
         for node in list(values):
             if node.op != "call_function" or all(u in values for u in node.users) or \
                     _filled(node) or not isinstance(values[node], torch.Tensor):
@@ -95,7 +103,7 @@ class FoldConstants(PassBase):
                                                       trainable[node], mode))
             modified = True
         if modified:
-            graph_module.graph.eliminate_dead_code()
+            graph_module.graph.eliminate_dead_code(is_impure_node=_impure)
             kept = {n.target for n in graph_module.graph.nodes if n.op == "get_attr"}
             for target in read_attrs - kept:
                 _delete_attr(graph_module, target)
@@ -103,11 +111,68 @@ class FoldConstants(PassBase):
         return PassResult(graph_module, modified)
 
 
+_VALUE_PRESERVING = {aten.detach_}
+"""In-place ops that change no value (only autograd state)."""
+
+
+def _impure(node: Node) -> bool:
+    """Kept by dead-code elimination although unread: a value-preserving in-place op is not."""
+    if getattr(node.target, "overloadpacket", None) in _VALUE_PRESERVING:
+        return False
+    return node.is_impure()
+
+
+def _functionalize_fresh(gm: GraphModule) -> bool:
+    """Replace each in-place op on a tensor a creation op made in the graph (``zeros_like``,
+    ``full``, ...) by its functional form, read instead of that tensor by every node after it.
+    True if any was replaced."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    changed = False
+    for node in list(gm.graph.nodes):
+        fresh = node.args[0] if node.op == "call_function" and node.args else None
+        functional = _functional_form(node.target)
+        if functional is None or not isinstance(fresh, Node) or not _filled(fresh) or \
+                any(_aliases(u) for u in fresh.users if u is not node):
+            continue
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(functional, node.args, node.kwargs)
+        new.meta.update(node.meta)
+        for user in list(fresh.users):
+            if user is not node and user is not new and order.get(user, -1) > order[node]:
+                user.replace_input_with(fresh, new)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        changed = True
+    return changed
+
+
+def _functional_form(op):
+    """The functional overload of in-place ATen op ``op`` (``masked_fill_.Scalar`` ->
+    ``masked_fill.Scalar``), or None."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        return None
+    name = op.overloadpacket.__name__
+    if not name.endswith("_") or name.startswith("_") or not op._schema.is_mutable:
+        return None
+    packet = getattr(aten, name[:-1], None)
+    overload = getattr(packet, op._overloadname, None) if packet is not None else None
+    return overload if isinstance(overload, torch._ops.OpOverload) and \
+        not overload._schema.is_mutable else None
+
+
+def _aliases(node: Node) -> bool:
+    """``node``'s output may share storage with an input (a view)."""
+    op = node.target
+    return not isinstance(op, torch._ops.OpOverload) or \
+        any(r.alias_info is not None for r in op._schema.returns)
+
+
 def _mutated_attrs(gm: GraphModule) -> set[str]:
     """Attributes an op of the graph updates in place: not constants, each run reads anew."""
     mutated = set()
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and \
+                node.target.overloadpacket not in _VALUE_PRESERVING and \
                 (node.target._schema.is_mutable or _updates_statistics(node)):
             mutated |= {n.target for n in node.all_input_nodes if n.op == "get_attr"}
     return mutated
@@ -121,7 +186,8 @@ def _foldable(node: Node, values: dict) -> bool:
         return True
     op = node.target
     if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten" or \
-            op._schema.is_mutable or torch.Tag.nondeterministic_seeded in op.tags or \
+            (op._schema.is_mutable and op.overloadpacket not in _VALUE_PRESERVING) or \
+            torch.Tag.nondeterministic_seeded in op.tags or \
             op.overloadpacket in _UNINITIALISED or _updates_statistics(node):
         return False
     size = _elements(node.meta.get("val"))
