@@ -195,6 +195,5 @@ def test_time_series_transformer_runs_in_both_runtimes_within_contract(series_pr
         refs = torch.cat([run_exact(prog.reference, *t).flatten().float() for t in tests])
     got = torch.cat([h[0].flatten() for h in host])
     assert sqnr_holds(sqnr_db(floats, got), sqnr_db(floats, refs))
-    if target.startswith("corstone"):
-        s = prog.report.summary
-        assert (s["ops_on_npu"], s["partitions"]) == (s["ops_total"], 1)
+    s = prog.report.summary
+    assert (s["ops_on_npu"], s["partitions"]) == (s["ops_total"], 1)
