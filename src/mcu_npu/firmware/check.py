@@ -159,11 +159,12 @@ def layout_problems(program) -> list[str]:
     return found
 
 
-def io_problems_of(program) -> list[str]:
-    """Each delegate call of the ``.pte`` whose tensors the device runtime would refuse or
-    misread (element type, size and count; ``device.delegate_io.io_problems``), against the
-    NPU tensors its payload declares: an Ethos-U payload's Vela records, else the partition
-    graph (kept beside a vendor payload). Calls whose graph is not at hand are skipped."""
+def io_problems_of(program, backends=("EthosUBackend", "NeutronBackend")) -> list[str]:
+    """Each delegate call of the ``.pte`` (to one of ``backends``) whose tensors the device
+    runtime would refuse or misread (element type, size and count;
+    ``device.delegate_io.io_problems``), against the NPU tensors its payload declares: an
+    Ethos-U payload's Vela records, else the partition graph (kept beside a vendor payload).
+    Calls whose graph is not at hand are skipped."""
     from ..backend.boundary import npu_tensors
     from ..device.delegate_io import NpuTensor, io_problems
     from ..device.payload import find_host_graph, is_container, unpack_reference
@@ -173,7 +174,7 @@ def io_problems_of(program) -> list[str]:
     kinds = {"EthosUBackend": NpuKind.ETHOS_U, "NeutronBackend": NpuKind.NEUTRON}
     found = []
     for index, backend, data, inputs, outputs in delegate_calls(program):
-        kind = kinds.get(backend)
+        kind = kinds.get(backend) if backend in backends else None
         graph = data if is_container(data) else find_host_graph(program.named_data, data)
         if kind is None or (graph is None and kind is not NpuKind.ETHOS_U):
             continue
@@ -216,6 +217,7 @@ def check_program(source, target_name: str, companion_file=None) -> list[str]:
             continue
         found += [f"{where}: {p}" for p in payload_problems(target, data, inputs, outputs)]
     found += layout_problems(program)
+    found += io_problems_of(program, backends=("NeutronBackend",))  # Ethos-U's: above
     report = pair.report if pair is not None else None
     raw = program.named_data.get(companion.REPORT_KEY)  # a program of an earlier mcu-npu
     if report is None and raw is not None:
