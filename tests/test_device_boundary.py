@@ -94,10 +94,19 @@ def _compile(target="corstone-300"):
 
 @pytest.mark.parametrize("target", ["imxrt700", "corstone-300"])
 def test_a_quantize_reading_from_outside_its_partition_runs_on_the_cpu(
-        input_quantize_in_the_partition, target):
+        input_quantize_in_the_partition, target, monkeypatch):
     """Repaired while partitioning: the CPU quantizes, the partition reads int8, both host
     runtimes run it, the conv stays on the NPU."""
+    repair, moved = propose.quantized_on_the_cpu_side, []
+
+    def recorded(members, is_constant):
+        kept = repair(members, is_constant)
+        moved.extend(n.name for n in members - kept)
+        return kept
+
+    monkeypatch.setattr(propose, "quantized_on_the_cpu_side", recorded)
     prog, samples = _compile(target)
+    assert moved and all("quantize" in name for name in moved)
     program = Program(prog.buffer, prog.host_data)
     assert io_problems_of(program) == []
     assert prog.report.summary["ops_on_npu"] == prog.report.summary["ops_total"]
