@@ -705,6 +705,8 @@ def check(spec, target: str, npu_compiler: str = "auto"):
     - the builder's module exports (a failure there is the fuzzer's own bug: label "export");
     - the compile succeeds or refuses the model on purpose (``classify_compile_error``);
     - ExecuTorch's runtime loads the .pte with the model's input / output metadata;
+    - every delegate call passes the device runtimes' I/O rules, and ExecuTorch's runtime
+      runs the program to the host run's outputs (``check_device_runtimes``);
     - the host run holds the numerics contract against the quantized reference evaluated
       exactly (``run_exact``): every output within one output quantization step of it, or,
       for a whole network where steps add up across layers, the SQNR against the float
@@ -736,6 +738,7 @@ def check(spec, target: str, npu_compiler: str = "auto"):
         assert_loads_in_executorch(prog.buffer, tests[0], outs[0])
     except AssertionError as exc:
         raise FuzzFailure("executorch load", _first(exc)) from exc
+    check_device_runtimes(prog, tests[0], outs[0])
     with torch.no_grad():
         floats = [model(*t) for t in tests]
         refs = [run_exact(prog.reference, *t) for t in tests]
@@ -763,6 +766,27 @@ def check(spec, target: str, npu_compiler: str = "auto"):
         raise FuzzFailure("numerics", f"host run SQNR {s_run:.2f} dB < reference {s_ref:.2f} dB"
                                       f" - 1 (worst output error {worst:.1f} steps)")
     return "ok"
+
+
+def check_device_runtimes(prog, sample, host_outputs) -> None:
+    """The program's delegate calls pass the device runtimes' I/O rules (element types, sizes
+    and counts: ``firmware.check.io_problems_of``), and ExecuTorch's own C++ runtime runs it
+    to the host run's outputs, bit for bit."""
+    from helpers import assert_same_outputs
+    from mcu_npu.firmware.check import io_problems_of
+    from mcu_npu.runtime.pte import Program
+
+    problems = io_problems_of(Program(prog.buffer, prog.host_data))
+    if problems:
+        raise FuzzFailure("device I/O", problems[0])
+    try:
+        outputs = prog.run(*sample, runtime="executorch")
+    except Exception as exc:  # noqa: BLE001
+        raise FuzzFailure(f"executorch run {type(exc).__name__}", _first(exc)) from exc
+    try:
+        assert_same_outputs(host_outputs, outputs, "the host runtime", "ExecuTorch's runtime")
+    except AssertionError as exc:
+        raise FuzzFailure("executorch differs", _first(exc)) from exc
 
 
 def _output_steps(reference) -> list[float] | None:

@@ -1,6 +1,7 @@
 """Random small networks (``fuzz_nets.specs``) through the whole flow for every target: each
-compiles or is refused on purpose, loads in ExecuTorch's runtime and runs on the host within
-the numerics contract. A fixed, derandomized handful here; ``benchmarks/fuzz.py`` runs
+compiles or is refused on purpose, loads in ExecuTorch's runtime, passes the device runtimes'
+delegate I/O rules, runs in ExecuTorch's runtime as on the host, and on the host within the
+numerics contract. A fixed, derandomized handful here; ``benchmarks/fuzz.py`` runs
 thousands and groups the failures."""
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPa
 from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch.export import ExportedProgram
 
+from .boundary import NPU_IO, npu_tensors
 from .compile_spec import NpuCompileSpec
 from ..errors import (ConfigError, ConversionError, McuNpuError, NpuCompilerError,
                      PartitionError, first_line)
@@ -47,13 +48,15 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
     except Exception as exc:  # noqa: BLE001  (a vendor compiler raises any type)
         raise PartitionError(f"{type(exc).__name__}: {first_line(exc)}",
                              nodes=compute_nodes(edge_program)) from exc
-    host = host_graph_of(artifact).buffer
+    graph = host_graph_of(artifact)
+    host = graph.buffer
     op_nodes = npu_op_nodes(edge_program, host, model.op_origins, compute_nodes(edge_program))
     info = {
         "compiler": artifact.compiler,
         "stats": op_cycles(dict(artifact.stats), op_nodes),
         "tflite_ops": op_names(model.buffer),
         "tflite_bytes": len(model.buffer),
+        NPU_IO: npu_tensors(artifact.payload, graph, target.npu.kind),
     }
     debug_map = delegate_debug_map(edge_program, host, model.op_origins,
                                    compute_nodes(edge_program))

@@ -14,13 +14,23 @@ emulators copy data by them, so both follow the device code, not a convenience o
 
 A layout is a permutation ``perm``: the NPU tensor is ``torch_tensor.permute(perm)``, so its
 memory order is ``perm`` itself.
+
+Neither runtime converts element types: Ethos-U refuses a tensor whose type is not one it
+copies or whose element size differs from Vela's record, and Neutron hands the bytes on as
+they are. ``io_problems`` says where a delegate call breaks these rules; the host runtime's
+emulators refuse a call by it, and the compiler checks every partition by it before the
+program is written (``flow.lower``), so a program the device refuses never comes out.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 
+import math
+from typing import NamedTuple
+
 import numpy as np
+import torch
 
 from ..errors import InvalidProgramError
 from ..targets import NpuKind
@@ -144,3 +154,76 @@ def to_npu(memory: np.ndarray, sizes, src: Perm, dst: Perm) -> np.ndarray:
     """Reorder a tensor's flat ``memory`` (laid out as ``src``) into layout ``dst``, flat."""
     physical = memory.reshape([int(sizes[d]) for d in src])
     return np.ascontiguousarray(physical.transpose([src.index(d) for d in dst])).reshape(-1)
+
+
+# EthosUBackend.cpp copies Int (4 bytes), Char / Byte / Bool (1) and Short (2) tensors into
+# an NPU input whose element size matches; any other type, float included, is InvalidProgram.
+ETHOS_U_ELEMENT_SIZES = {torch.int32: 4, torch.int8: 1, torch.uint8: 1, torch.int16: 2,
+                         torch.bool: 1}
+
+
+class NpuTensor(NamedTuple):
+    """One NPU input or output as the device runtime sees it: element count and size."""
+
+    count: int
+    elem_size: int
+
+
+def ethos_u_input_problem(i: int, dtype: torch.dtype, numel: int,
+                          npu: NpuTensor) -> str | None:
+    """Why ``EthosUBackend.cpp`` refuses a ``dtype`` tensor of ``numel`` elements as NPU
+    input ``i`` (None: it copies it)."""
+    if ETHOS_U_ELEMENT_SIZES.get(dtype) != npu.elem_size:
+        return (f"Ethos-U input {i} is {dtype} for a {npu.elem_size}-byte NPU input: the "
+                "runtime copies only int32 (4 bytes), int8/uint8/bool (1 byte) and int16 "
+                "(2 bytes) tensors whose size matches, and refuses this program")
+    if numel != npu.count:
+        return (f"Ethos-U input {i}: the program passes {numel} elements, the NPU expects "
+                f"{npu.count} (Input tensor sizes do not match)")
+    return None
+
+
+def ethos_u_output_problem(i: int, nbytes: int, npu: NpuTensor) -> str | None:
+    """Why an Ethos-U output tensor of ``nbytes`` cannot take NPU output ``i`` as it is."""
+    if nbytes != npu.count * npu.elem_size:
+        return (f"Ethos-U output {i}: the program's tensor is {nbytes} bytes, the NPU writes "
+                f"{npu.count * npu.elem_size}; the runtime would re-chunk the data "
+                "(copy_with_layout_adjustment), which this program does not call for")
+    return None
+
+
+def neutron_problem(kind: str, i: int, dtype: torch.dtype, numel: int,
+                    npu: NpuTensor) -> str | None:
+    """Why a ``dtype`` tensor of ``numel`` elements cannot be Neutron ``kind`` ``i``:
+    ``NeutronBackend.cpp`` hands the NPU the tensor's bytes (or transposes them element by
+    element), so the element size and count must be the NPU tensor's."""
+    size = torch.empty(0, dtype=dtype).element_size()
+    if (size, numel) != (npu.elem_size, npu.count):
+        return (f"Neutron {kind} {i} is {numel} x {dtype} ({size} bytes each) for an NPU "
+                f"tensor of {npu.count} x {npu.elem_size}-byte elements: the runtime "
+                "converts nothing, the NPU would read other bytes")
+    return None
+
+
+def io_problems(kind: NpuKind, inputs, outputs, npu_inputs: "list[NpuTensor]",
+                npu_outputs: "list[NpuTensor]") -> list[str]:
+    """Where ``kind``'s device runtime refuses (or misreads) a delegate call passing
+    ``inputs`` and ``outputs`` (each a (dtype, sizes) pair) to NPU tensors ``npu_inputs``
+    and ``npu_outputs``: element types and sizes, as ``EthosUBackend.cpp`` and
+    ``NeutronBackend.cpp`` handle them."""
+    if (len(inputs), len(outputs)) != (len(npu_inputs), len(npu_outputs)):
+        return [f"the NPU takes {len(npu_inputs)} inputs and {len(npu_outputs)} outputs, the "
+                f"call passes {len(inputs)} and {len(outputs)}"]
+    found = []
+    for i, ((dtype, sizes), npu) in enumerate(zip(inputs, npu_inputs)):
+        numel = math.prod(int(d) for d in sizes)
+        found.append(ethos_u_input_problem(i, dtype, numel, npu) if kind is NpuKind.ETHOS_U
+                     else neutron_problem("input", i, dtype, numel, npu))
+    for i, ((dtype, sizes), npu) in enumerate(zip(outputs, npu_outputs)):
+        numel = math.prod(int(d) for d in sizes)
+        if kind is NpuKind.ETHOS_U:
+            nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+            found.append(ethos_u_output_problem(i, nbytes, npu))
+        else:
+            found.append(neutron_problem("output", i, dtype, numel, npu))
+    return [p for p in found if p is not None]

@@ -17,10 +17,6 @@ import struct
 
 from ..errors import InvalidProgramError
 
-# ExecuTorch ScalarType -> element size the Ethos-U runtime accepts for it (EthosUBackend.cpp:
-# Char/Byte/Bool with 1-byte, Short with 2-byte, Int with 4-byte Vela tensors).
-_ETHOS_U_ELEM = {0: 1, 1: 1, 11: 1, 2: 2, 3: 4}
-
 
 def delegate_calls(program):
     """Per delegate call of every method: (index, backend id, processed bytes, input tensors,
@@ -92,7 +88,10 @@ def _ethos_u_arch(target) -> int:
 def ethos_u_problems(data: bytes, inputs, outputs, target=None) -> list[str]:
     """Where the Ethos-U runtime (or its driver, for ``target``'s NPU) would refuse this
     payload, or these delegate tensors."""
+    from ..device.delegate_io import NpuTensor, io_problems
     from ..npu import ethosu_payload
+    from ..runtime.kernels import dtype_of
+    from ..targets import NpuKind
 
     try:
         stream = ethosu_payload.parse(data)
@@ -107,19 +106,15 @@ def ethos_u_problems(data: bytes, inputs, outputs, target=None) -> list[str]:
             problems.append(f"compiled for an Ethos-U of architecture {arch}.x with {macs} "
                             f"MACs per cycle; target {target.name} has {target.npu.name} "
                             f"(architecture {want[0]}.x, {want[1]} MACs per cycle)")
-    for kind, tensors, ios in (("input", inputs, stream.inputs),
-                               ("output", outputs, stream.outputs)):
-        if len(tensors) != len(ios):
-            problems.append(f"the bin stream has {len(ios)} {kind}s, the delegate call "
-                            f"passes {len(tensors)}")
-            continue
-        for n, ((sizes, _, dtype), io) in enumerate(zip(tensors, ios)):
-            if _ETHOS_U_ELEM.get(dtype) != io.elem_size:
-                problems.append(f"{kind} {n}: scalar type {dtype} cannot be copied into a "
-                                f"{io.elem_size}-byte Vela tensor")
-            elif math.prod(sizes) != math.prod(io.shape):
-                problems.append(f"{kind} {n}: {math.prod(sizes)} elements, the Vela tensor "
-                                f"has {math.prod(io.shape)}")
+
+    def described(tensors):
+        return [(dtype_of(scalar_type), sizes) for sizes, _, scalar_type in tensors]
+
+    def npu(ios):
+        return [NpuTensor(math.prod(io.shape), io.elem_size) for io in ios]
+
+    problems += io_problems(NpuKind.ETHOS_U, described(inputs), described(outputs),
+                            npu(stream.inputs), npu(stream.outputs))
     return problems
 
 
@@ -164,6 +159,38 @@ def layout_problems(program) -> list[str]:
     return found
 
 
+def io_problems_of(program, backends=("EthosUBackend", "NeutronBackend")) -> list[str]:
+    """Each delegate call of the ``.pte`` (to one of ``backends``) whose tensors the device
+    runtime would refuse or misread (element type, size and count;
+    ``device.delegate_io.io_problems``), against the NPU tensors its payload declares: an
+    Ethos-U payload's Vela records, else the partition graph (kept beside a vendor payload).
+    Calls whose graph is not at hand are skipped."""
+    from ..backend.boundary import npu_tensors
+    from ..device.delegate_io import NpuTensor, io_problems
+    from ..device.payload import find_host_graph, is_container, unpack_reference
+    from ..runtime.kernels import dtype_of
+    from ..targets import NpuKind
+
+    kinds = {"EthosUBackend": NpuKind.ETHOS_U, "NeutronBackend": NpuKind.NEUTRON}
+    found = []
+    for index, backend, data, inputs, outputs in delegate_calls(program):
+        kind = kinds.get(backend) if backend in backends else None
+        graph = data if is_container(data) else find_host_graph(program.named_data, data)
+        if kind is None or (graph is None and kind is not NpuKind.ETHOS_U):
+            continue
+        try:
+            model = unpack_reference(bytes(graph))[0] if graph is not None else None
+            npu = npu_tensors(data, model, kind)
+        except InvalidProgramError as exc:
+            found.append(f"delegate {index} ({backend}): {exc}")
+            continue
+        tensors = [[(dtype_of(t), sizes) for sizes, _, t in part] for part in (inputs, outputs)]
+        found += [f"delegate {index} ({backend}): {p}" for p in io_problems(
+            kind, *tensors, [NpuTensor(*t) for t in npu["inputs"]],
+            [NpuTensor(*t) for t in npu["outputs"]])]
+    return found
+
+
 def check_program(source, target_name: str, companion_file=None) -> list[str]:
     """One line per reason the ``.pte`` at ``source`` (path or bytes) would not run on
     ``target_name``'s board; empty when none is found. Its companion (``companion_file``, or
@@ -190,6 +217,7 @@ def check_program(source, target_name: str, companion_file=None) -> list[str]:
             continue
         found += [f"{where}: {p}" for p in payload_problems(target, data, inputs, outputs)]
     found += layout_problems(program)
+    found += io_problems_of(program, backends=("NeutronBackend",))  # Ethos-U's: above
     report = pair.report if pair is not None else None
     raw = program.named_data.get(companion.REPORT_KEY)  # a program of an earlier mcu-npu
     if report is None and raw is not None:

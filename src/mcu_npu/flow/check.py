@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..errors import stage
 from ..firmware import deployability
-from ..firmware.check import layout_problems
+from ..firmware.check import io_problems_of, layout_problems
 from ..firmware.kernels_list import fill_report
 from ..partition.plan import Plan
 from ..report import Report
@@ -38,8 +38,12 @@ def check_program(buffer: bytes, host_data: dict[str, bytes], report: Report, ta
 
 def check_layouts(program: Program) -> None:
     """Every delegate tensor of ``program`` in the memory order its partition was converted
-    for: a program that hands the NPU a tensor transposed is never returned."""
+    for, and of the element type and size its device runtime takes: a program that hands
+    the NPU a tensor transposed, or one the runtime refuses, is never returned."""
     problems = layout_problems(program)
     if problems:  # an inconsistency of the compiler's own: the stage wraps it, "report it"
         raise RuntimeError(f"{problems[0]}; the NPU would read it transposed "
                            f"({len(problems)} such tensor(s))")
+    problems = io_problems_of(program)
+    if problems:  # flow.lower moves such partitions to the CPU: reaching here is a bug
+        raise RuntimeError(f"{problems[0]} ({len(problems)} such tensor(s))")

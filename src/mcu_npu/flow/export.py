@@ -20,18 +20,115 @@ def export(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
 
 
 def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
-    """torch.export a module into a plain ATen GraphModule, with export's message on failure."""
+    """torch.export a module into a plain ATen GraphModule, with export's message on failure.
+
+    Non-strict export first; where it fails on a data-dependent value (``int(t.item())``,
+    which strict export's bytecode tracing may still capture), strict export is tried before
+    giving up. The graph's ``meta[CAPTURED_BY]`` says which one captured the model."""
     example_inputs = tuple(x.contiguous() if isinstance(x, torch.Tensor) else x
                            for x in example_inputs)  # odd strides would read as channels-last
+    model = model.eval()
     try:
-        with warnings.catch_warnings():
-            # nn.RNN/GRU/LSTM re-list their own parameters in ``_flat_weights`` on every
-            # call; export reports that as an attribute assigned during export: nothing the
-            # user can or needs to change
-            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights",
-                                    category=UserWarning)
-            ep = torch.export.export(model.eval(), example_inputs)
+        ep = _export(model, example_inputs, strict=False)
+        captured = "non-strict torch.export"
     except Exception as exc:  # torch raises many types; the message is what matters
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UnsupportedModelError(f"torch.export could not capture the model: {first}") from exc
-    return ep.module(check_guards=False)
+        if not data_dependent(exc):
+            raise UnsupportedModelError(
+                f"torch.export could not capture the model: {_first(exc)}") from exc
+        try:
+            ep = _export(model, example_inputs, strict=True)
+        except Exception as strict_exc:  # noqa: BLE001
+            raise UnsupportedModelError(
+                f"torch.export could not capture the model: {_first(exc)} (non-strict); "
+                f"{_first(strict_exc)} (strict)") from exc
+        captured = (f"strict torch.export (non-strict export failed on a data-dependent "
+                    f"value: {_first(exc)})")
+        ep = _with_constant_items_folded(ep, example_inputs)
+    gm = ep.module(check_guards=False)
+    gm.meta[CAPTURED_BY] = captured
+    return gm
+
+
+CAPTURED_BY = "mcu_npu_captured_by"
+"""The GraphModule meta key saying which ``torch.export`` mode captured the model."""
+
+
+def _export(model: torch.nn.Module, example_inputs: tuple, strict: bool):
+    with warnings.catch_warnings():
+        # nn.RNN/GRU/LSTM re-list their own parameters in ``_flat_weights`` on every
+        # call; export reports that as an attribute assigned during export: nothing the
+        # user can or needs to change
+        warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights",
+                                category=UserWarning)
+        return torch.export.export(model, example_inputs, strict=strict)
+
+
+def _with_constant_items_folded(ep, example_inputs: tuple):
+    """``ep`` with each ``aten.item`` whose value depends on no input's values (computed from
+    constants and input shapes alone, as ``int(lengths.max().item())`` of a length tensor
+    made from the input's shape) replaced by that number and exported again, so later
+    stages see static shapes; ``ep`` itself where an item reads input data."""
+    gm = ep.module(check_guards=False)
+    items = [n for n in gm.graph.nodes if n.target is torch.ops.aten.item.default]
+    if not items or not all(_reads_no_input_values(n) for n in items):
+        return ep
+    values = {}
+
+    class _Recording(torch.fx.Interpreter):
+        def run_node(self, n):
+            value = super().run_node(n)
+            if n.target is torch.ops.aten.item.default:
+                values[n] = value
+            return value
+
+    try:
+        with torch.no_grad():
+            _Recording(gm).run(*example_inputs)
+        for node in items:
+            for user in list(node.users):
+                user.args = torch.fx.node.map_arg(user.args,
+                                                  lambda a, n=node: values[n] if a is n else a)
+                user.kwargs = torch.fx.node.map_arg(
+                    user.kwargs, lambda a, n=node: values[n] if a is n else a)
+        for node in list(gm.graph.nodes):  # the range checks of the folded values
+            if node.target is torch.ops.aten._assert_scalar.default:
+                gm.graph.erase_node(node)
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        return _export(gm, example_inputs, strict=False)
+    except Exception:  # noqa: BLE001  (then the strict graph goes on as it is)
+        return ep
+
+
+def _reads_no_input_values(node) -> bool:
+    """Whether ``node`` is computed from constants and input shapes (``sym_size``) only."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            return False
+        if n.target is torch.ops.aten.sym_size.int:
+            continue
+        todo.extend(n.all_input_nodes)
+    return True
+
+
+def data_dependent(exc: BaseException) -> bool:
+    """Whether an export failure is a guard on a data-dependent value (an ``.item()`` read
+    as a Python number): the failure strict export may not have."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, GuardOnDataDependentSymNode) or "data-dependent" in str(seen):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

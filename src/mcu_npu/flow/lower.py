@@ -8,7 +8,8 @@ import copy
 from dataclasses import replace
 
 from ..backend.cortex_m import cortex_m_core, lower_to_cortex_m
-from ..backend.delegate import keep_interfaces_only, use_device_ids
+from ..backend.boundary import refused_calls
+from ..backend.delegate import compute_nodes, keep_interfaces_only, use_device_ids
 from ..errors import PartitionError, stage, stage_error
 from ..partition import NpuPartitioner
 from ..partition.plan import Plan, PlanOptions, plan_program
@@ -58,16 +59,19 @@ def lower(edge, plan: Plan, target=None):
         with stage(DELEGATING, exclude_hint):
             try:
                 delegated = edge.to_backend(NpuPartitioner(plan=plan))
-                break
             except PartitionError as exc:
                 if not exc.nodes:
                     raise
                 why = Rejection(f"the NPU compiler failed on its partition: {exc}",
                                 VerdictCategory.NPU_COMPILER)
-                rejected = {**plan.compiler_rejections, **{n: why for n in exc.nodes}}
-                plan = replace(plan_program(edge.exported_program(), plan.target,
-                                            plan.options, rejected=rejected),
-                               portable=plan.portable)
+                plan = _replanned(edge, plan, {n: why for n in exc.nodes})
+                continue
+            refused = refused_partitions(delegated, plan.target.npu.kind)
+            if not refused:
+                break
+            if set(refused) <= set(plan.compiler_rejections):  # nothing left to move
+                raise RuntimeError(next(iter(refused.values())).reason)
+            plan = _replanned(edge, plan, refused)
     edge = delegated
     with stage(DELEGATING, exclude_hint):
         for method in edge.methods:
@@ -85,6 +89,28 @@ def lower(edge, plan: Plan, target=None):
         for method in edge.methods:
             use_device_ids(edge.exported_program(method))
     return edge, plan
+
+
+def refused_partitions(edge, kind) -> dict[str, Rejection]:
+    """Edge node name -> why, for the compute nodes of each partition whose delegate call
+    the device runtime would refuse (``backend.boundary``): they move to the CPU. A
+    boundary the plan made right never gets here; this keeps a program the device refuses
+    from being written whatever the cause."""
+    found = {}
+    for method in edge.methods:
+        for lowered, problems in refused_calls(edge.exported_program(method), kind):
+            why = Rejection(f"the device runtime would refuse its partition: {problems[0]}",
+                            VerdictCategory.CONVERSION)
+            found.update({n: why for n in compute_nodes(lowered.original_module)
+                          or (lowered.backend_id,)})
+    return found
+
+
+def _replanned(edge, plan: Plan, rejected: dict[str, Rejection]) -> Plan:
+    """``plan`` made again with the ``rejected`` nodes on the CPU."""
+    rejected = {**plan.compiler_rejections, **rejected}
+    return replace(plan_program(edge.exported_program(), plan.target, plan.options,
+                                rejected=rejected), portable=plan.portable)
 
 
 def _all_portable(plan: Plan, why: str) -> Plan:

@@ -147,8 +147,25 @@ def propose(program: ExportedProgram, analysis: SupportAnalysis) -> list[list[No
     group = single_group(list(program.graph.nodes), members)
     groups = [group] if group is not None else general_groups(program, members)
     groups = [[n for n in g if n in kept] for g in groups
-              for kept in [_without_pass_throughs(set(g))]]
+              for kept in [quantized_on_the_cpu_side(_without_pass_throughs(set(g)),
+                                                     analysis.is_constant)]]
     return [g for g in groups if any(n in analysis.verdicts for n in g)]
+
+
+def quantized_on_the_cpu_side(members: set[Node], is_constant) -> set[Node]:
+    """A group's ``members`` without the quantize nodes that read a value computed outside
+    the group (a weight the partition owns, ``is_constant`` placeholder, folds into int8 data
+    instead). Such a quantize would make the partition's input the float value it reads, and
+    neither device runtime converts a delegate input (``EthosUBackend.cpp`` refuses a float
+    tensor, ``NeutronBackend.cpp`` hands its bytes on): the CPU quantizes instead, and the
+    partition reads the int8 result."""
+    def reads_outside(n: Node) -> bool:
+        src = n.args[0] if n.args else None
+        return isinstance(src, Node) and src not in members and \
+            not (src.op == "placeholder" and is_constant(src))
+
+    return {n for n in members
+            if not (n.op == "call_function" and n.target in QUANTIZE and reads_outside(n))}
 
 
 def general_groups(program: ExportedProgram, members: set[Node]) -> list[list[Node]]:

@@ -33,17 +33,15 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..device.delegate_io import neutron_layout, to_npu
+from ..device.delegate_io import (NpuTensor, ethos_u_input_problem,
+                                  ethos_u_output_problem, neutron_layout,
+                                  neutron_problem, to_npu)
 from ..errors import HostDataMissingError, InvalidProgramError
 from ..npu import ethosu_payload as bin_stream
 from ..npu import neutron_payload as nxp
 from ..device.payload import find_host_graph, is_container, unpack_reference
 from .delegates import DeviceTensor
 from .litert import TensorValue, interpreter, op_outputs
-
-# Element types the Ethos-U runtime copies, with the Vela element size each must meet.
-ETHOS_U_INPUT_TYPES = {torch.int32: 4, torch.int8: 1, torch.uint8: 1, torch.int16: 2,
-                       torch.bool: 1}
 
 
 @lru_cache(maxsize=32)
@@ -126,6 +124,14 @@ def _tensor_detail(interp, index: int) -> dict:
                 if d["index"] == index)
 
 
+def npu_tensor(interp, index: int) -> NpuTensor:
+    """Element count and size of a graph input or output: the NPU tensor a delegate
+    argument is copied into or out of."""
+    detail = _tensor_detail(interp, index)
+    return NpuTensor(math.prod(int(d) for d in detail["shape"]),
+                     np.dtype(detail["dtype"]).itemsize)
+
+
 def _feed(interp, index: int, memory: np.ndarray, what: str) -> None:
     """Put raw bytes into a TFLite input tensor, as the NPU reads its input region."""
     detail = _tensor_detail(interp, index)
@@ -182,25 +188,16 @@ def run_ethos_u(processed: bytes, compile_specs, named_data, inputs: list[Device
         raise InvalidProgramError("the Ethos-U payload's inputs and outputs differ from its "
                                   "partition graph's")
     for i, (arg, record, spec) in enumerate(zip(inputs, in_records, model.inputs)):
-        dtype = arg.tensor.dtype
-        if ETHOS_U_INPUT_TYPES.get(dtype) != record.elem_size:
-            raise InvalidProgramError(
-                f"Ethos-U input {i} is {dtype} for a {record.elem_size}-byte NPU input: the "
-                "runtime copies only int32 (4 bytes), int8/uint8/bool (1 byte) and int16 "
-                "(2 bytes) tensors whose size matches, and refuses this program")
-        if arg.tensor.numel() != record.count:
-            raise InvalidProgramError(f"Ethos-U input {i}: the program passes "
-                                      f"{arg.tensor.numel()} elements, the NPU expects "
-                                      f"{record.count} (Input tensor sizes do not match)")
+        problem = ethos_u_input_problem(i, arg.tensor.dtype, arg.tensor.numel(), record)
+        if problem is not None:
+            raise InvalidProgramError(problem)
         _feed(interp, spec.index, arg.memory(), f"Ethos-U input {i}")
     interp.invoke()
     _record(model, interp)
     for i, (arg, record, spec) in enumerate(zip(outputs, out_records, model.outputs)):
-        if arg.nbytes != record.count * record.elem_size:
-            raise InvalidProgramError(
-                f"Ethos-U output {i}: the program's tensor is {arg.nbytes} bytes, the NPU "
-                f"writes {record.count * record.elem_size}; the runtime would re-chunk the "
-                "data (copy_with_layout_adjustment), which this program does not call for")
+        problem = ethos_u_output_problem(i, arg.nbytes, record)
+        if problem is not None:
+            raise InvalidProgramError(problem)
         arg.write_memory(_result(interp, spec.index))
 
 
@@ -239,6 +236,10 @@ def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[Device
                                   f"arguments, the program passes {len(inputs)}")
     for i, (flag, arg_index) in enumerate(zip(io.input_formats, io.input_map)):
         arg = inputs[arg_index]
+        problem = neutron_problem("input", i, arg.tensor.dtype, arg.tensor.numel(),
+                                  npu_tensor(interp, model.inputs[arg_index].index))
+        if problem is not None:
+            raise InvalidProgramError(problem)
         order = neutron_layout(arg.sizes, arg.dim_order, flag, f"Neutron input {i}")
         data = to_npu(arg.memory(), arg.sizes, arg.dim_order, order)
         _feed(interp, model.inputs[arg_index].index, data, f"Neutron input {i}")
@@ -249,6 +250,10 @@ def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[Device
             raise InvalidProgramError(f"Neutron output {i} maps to argument "
                                       f"{io.num_input_args + out_index}, past the call's")
         arg = outputs[out_index]
+        problem = neutron_problem("output", i, arg.tensor.dtype, arg.tensor.numel(),
+                                  npu_tensor(interp, model.outputs[out_index].index))
+        if problem is not None:
+            raise InvalidProgramError(problem)
         order = neutron_layout(arg.sizes, arg.dim_order, flag, f"Neutron output {i}")
         result = _result(interp, model.outputs[out_index].index)
         if result.size * result.itemsize != arg.nbytes:

@@ -1,0 +1,208 @@
+"""No compile emits a program a device runtime refuses: every delegate call's tensors are
+checked against EthosUBackend.cpp / NeutronBackend.cpp's rules (``device.delegate_io``)
+before the program is written, by the same functions the host runtime refuses a call with;
+a partition boundary that breaks them is repaired (the CPU quantizes) or the partition
+moves to the CPU."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import mcu_npu
+from helpers import sqnr_db, sqnr_holds
+from mcu_npu.device.delegate_io import (NpuTensor, ethos_u_input_problem, io_problems,
+                                        neutron_problem)
+from mcu_npu.errors import InvalidProgramError
+from mcu_npu.firmware.check import io_problems_of
+from mcu_npu.partition import propose
+from mcu_npu.quantization.exact import run_exact
+from mcu_npu.runtime.pte import Program
+from mcu_npu.targets import NpuKind
+from mcu_npu.tflite.ops_aliases import QUANTIZE
+
+TARGETS = ("imxrt700", "corstone-300", "corstone-320")
+
+
+# --- the rules ------------------------------------------------------------------------------
+def test_ethos_u_takes_integer_tensors_of_the_records_element_size_only():
+    one_byte = NpuTensor(12, 1)
+    assert ethos_u_input_problem(0, torch.int8, 12, one_byte) is None
+    assert ethos_u_input_problem(0, torch.uint8, 12, one_byte) is None
+    assert ethos_u_input_problem(1, torch.float32, 12, one_byte).startswith(
+        "Ethos-U input 1 is torch.float32 for a 1-byte NPU input")
+    assert "int16" in ethos_u_input_problem(0, torch.int16, 12, one_byte)
+    assert ethos_u_input_problem(0, torch.int16, 12, NpuTensor(12, 2)) is None
+    assert "Input tensor sizes do not match" in ethos_u_input_problem(0, torch.int8, 10,
+                                                                      one_byte)
+    (problem,) = io_problems(NpuKind.ETHOS_U, [(torch.int8, (1, 12))], [(torch.float32, (3,))],
+                             [one_byte], [NpuTensor(3, 1)])
+    assert problem.startswith("Ethos-U output 0: the program's tensor is 12 bytes")
+    assert io_problems(NpuKind.ETHOS_U, [], [], [one_byte], [])[0].startswith(
+        "the NPU takes 1 inputs")
+
+
+def test_neutron_takes_tensors_of_the_npu_tensors_element_size_and_count():
+    assert neutron_problem("input", 0, torch.int8, 6, NpuTensor(6, 1)) is None
+    assert "4 bytes each" in neutron_problem("input", 0, torch.float32, 6, NpuTensor(6, 1))
+    assert neutron_problem("output", 2, torch.int8, 5, NpuTensor(6, 1)).startswith(
+        "Neutron output 2 is 5 x torch.int8")
+
+
+# --- a boundary the device would refuse, forced ----------------------------------------------
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def _samples(shape, n=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(shape, generator=g),) for _ in range(n)]
+
+
+@pytest.fixture
+def input_quantize_in_the_partition(monkeypatch):
+    """The partitioner's members made to hold the quantize of the model's input: the
+    partition would read the float input itself."""
+    members = propose.cluster_members
+
+    def with_input_quantize(analysis):
+        found = members(analysis)
+        found |= {n for n in analysis.graph.nodes if n.op == "call_function"
+                  and n.target in QUANTIZE and n.args[0].op == "placeholder"
+                  and not analysis.is_constant(n.args[0])}
+        return found
+
+    monkeypatch.setattr(propose, "cluster_members", with_input_quantize)
+
+
+def _compile(target="corstone-300"):
+    torch.manual_seed(0)
+    samples = _samples((1, 2, 6, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return mcu_npu.compile(Small(), samples[0], target=target, calibration=samples), \
+            samples
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "corstone-300"])
+def test_a_quantize_reading_from_outside_its_partition_runs_on_the_cpu(
+        input_quantize_in_the_partition, target, monkeypatch):
+    """Repaired while partitioning: the CPU quantizes, the partition reads int8, both host
+    runtimes run it, the conv stays on the NPU."""
+    repair, moved = propose.quantized_on_the_cpu_side, []
+
+    def recorded(members, is_constant):
+        kept = repair(members, is_constant)
+        moved.extend(n.name for n in members - kept)
+        return kept
+
+    monkeypatch.setattr(propose, "quantized_on_the_cpu_side", recorded)
+    prog, samples = _compile(target)
+    assert moved and all("quantize" in name for name in moved)
+    program = Program(prog.buffer, prog.host_data)
+    assert io_problems_of(program) == []
+    assert prog.report.summary["ops_on_npu"] == prog.report.summary["ops_total"]
+    got = prog.run(*samples[1])
+    assert torch.equal(got[0], prog.run(*samples[1], runtime="executorch")[0])
+
+
+def test_a_partition_the_device_would_refuse_moves_to_the_cpu_with_the_reason(
+        input_quantize_in_the_partition, monkeypatch):
+    """Without that repair the delegated program is checked before it is written: the
+    partition whose input would be float moves to the CPU, the report says why."""
+    monkeypatch.setattr(propose, "quantized_on_the_cpu_side", lambda members, _: members)
+    prog, samples = _compile()
+    assert prog.report.summary["ops_on_npu"] == 0
+    reasons = [op.reason for op in prog.report.ops if op.op == "aten.convolution"]
+    assert reasons and all("the device runtime would refuse its partition: Ethos-U input 0 "
+                           "is torch.float32 for a 1-byte NPU input" in r for r in reasons)
+    assert io_problems_of(Program(prog.buffer, prog.host_data)) == []
+    assert torch.equal(prog.run(*samples[1])[0],
+                       prog.run(*samples[1], runtime="executorch")[0])
+
+
+def test_a_refused_program_is_caught_by_the_same_rule_in_the_check_and_the_runtime(
+        input_quantize_in_the_partition, monkeypatch):
+    """With both safeguards of the lowering off, the program's own check refuses to return
+    it; let through, the host runtime refuses it with the same words."""
+    from mcu_npu.flow import check, lower
+    from mcu_npu.flow import run as flow
+    from mcu_npu.runtime import load_program
+
+    monkeypatch.setattr(propose, "quantized_on_the_cpu_side", lambda members, _: members)
+    monkeypatch.setattr(lower, "refused_partitions", lambda edge, kind: {})
+    with pytest.raises(mcu_npu.errors.McuNpuError, match="checking the program's delegate "
+                       "tensors.*Ethos-U input 0 is torch.float32 for a 1-byte NPU input"):
+        _compile()
+    monkeypatch.setattr(check, "io_problems_of", lambda program: [])
+    monkeypatch.setattr(flow, "measure", lambda buffer, host_data, *_: load_program(
+        buffer, host_data))
+    prog, samples = _compile()
+    (problem,) = io_problems_of(Program(prog.buffer, prog.host_data))
+    rule = ethos_u_input_problem(0, torch.float32, 72, NpuTensor(72, 1))
+    assert problem == f"delegate 0 (EthosUBackend): {rule}"
+    with pytest.raises(InvalidProgramError) as refused:
+        prog.run(*samples[1])
+    assert str(refused.value) == rule
+
+
+# --- the time-series transformer ---------------------------------------------------------------
+class TimeSeriesTransformer(nn.Module):
+    """Patches of a multichannel series (a strided Conv1d), a class token, a learned
+    positional encoding (a parameter added to the tokens), two encoder layers, a linear
+    head on the class token."""
+
+    def __init__(self, channels=3, length=32, patch=8, width=16, heads=2, classes=4):
+        super().__init__()
+        self.patch = nn.Conv1d(channels, width, patch, stride=patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, width) * 0.5)
+        self.pos = nn.Parameter(torch.randn(1, length // patch + 1, width) * 0.2)
+        layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):  # [B, C, L]
+        z = self.patch(x).transpose(1, 2)
+        z = torch.cat([self.cls.expand(z.shape[0], -1, -1), z], 1) + self.pos
+        return self.head(self.encoder(z)[:, 0])
+
+
+@pytest.fixture(scope="module")
+def series_programs():
+    """The time-series transformer compiled once per target."""
+    torch.manual_seed(0)
+    model = TimeSeriesTransformer().eval()
+    samples = _samples((1, 3, 32), n=16, seed=1)
+    programs = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for target in TARGETS:
+            programs[target] = mcu_npu.compile(model, samples[0], target=target,
+                                               calibration=samples[:8])
+    return model, programs, samples[8:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_time_series_transformer_runs_in_both_runtimes_within_contract(series_programs,
+                                                                       target):
+    model, programs, tests = series_programs
+    prog = programs[target]
+    assert io_problems_of(Program(prog.buffer, prog.host_data)) == []
+    host = [prog.run(*t) for t in tests]  # conftest: each also runs in ExecuTorch's runtime
+    with torch.no_grad():
+        floats = torch.cat([model(*t).flatten() for t in tests])
+        refs = torch.cat([run_exact(prog.reference, *t).flatten().float() for t in tests])
+    got = torch.cat([h[0].flatten() for h in host])
+    assert sqnr_holds(sqnr_db(floats, got), sqnr_db(floats, refs))
+    s = prog.report.summary
+    assert (s["ops_on_npu"], s["partitions"]) == (s["ops_total"], 1)
