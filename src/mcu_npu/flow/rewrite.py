@@ -25,7 +25,8 @@ def for_annotation(graph: GraphModule, target) -> GraphModule:
 def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: autocast regions that
     change nothing on a CPU in float32 become the ops they hold; convolutions and pooling
-    on unbatched inputs get a batch of one; a SiLU becomes sigmoid and multiply, quantized
+    on unbatched inputs get a batch of one; 1-D and adaptive max pools and max reductions
+    over time or space become the 2-D pools NPUs run; a SiLU becomes sigmoid and multiply, quantized
     where the device rounds them; a linear layer with a run-time weight becomes a
     matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
     steps whose output is never read are not computed, a zero initial state costs no
@@ -40,7 +41,7 @@ def default_aten_passes(target) -> list:
     resize of a small map that the NPU cannot resize a linear layer over its positions."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise, ConvertDivToMul,
-                              ConvertResizeToLinear,
+                              ConvertPoolingTo2d, ConvertResizeToLinear,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
                               DecomposeReshape,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
@@ -48,7 +49,8 @@ def default_aten_passes(target) -> list:
                               FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
                               LinearOfActivations, StackByConcat)
 
-    return [InlineDisabledAutocast(), AddBatchDimension(), LinearOfActivations(),
+    return [InlineDisabledAutocast(), AddBatchDimension(), ConvertPoolingTo2d(),
+            LinearOfActivations(),
             DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),

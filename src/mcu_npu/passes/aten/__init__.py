@@ -4,6 +4,7 @@ from mcu_npu.passes.aten._recurrent import ProjSizeNotSupportedError
 from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
 from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
 from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
+from mcu_npu.passes.aten.convert_pooling_to_2d import ConvertPoolingTo2d
 from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
 from mcu_npu.passes.aten.decompose_group_norm import DecomposeGroupNorm
 from mcu_npu.passes.aten.decompose_gru import DecomposeGRU
@@ -27,7 +28,7 @@ from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
 __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertDivToMul",
-           "ConvertResizeToLinear",
+           "ConvertPoolingTo2d", "ConvertResizeToLinear",
            "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
