@@ -6,7 +6,8 @@ Spellings accepted (x: (N, C, L) for the 1-D forms, (N, C, H, W) for the 2-D one
     max_pool1d(x, k, s, p, d, ceil)       -> squeeze(max_pool2d(unsqueeze(x, -2), (1, k), (1, s),
                                                                 (0, p), (1, d), ceil), -2)
     avg_pool1d(x, k, s, p, ceil, count)   -> the same with avg_pool2d
-    adaptive_avg_pool1d(x, o)             -> squeeze(adaptive_avg_pool2d(unsqueeze(x, -2), (1, o)), -2)
+    adaptive_avg_pool1d(x, o)             -> squeeze(adaptive_avg_pool2d(unsqueeze(x, -2),
+                                                                  (1, o)), -2)
     adaptive_max_pool1d(x, o)[0]          -> max_pool1d's form with k = s = L / o
     adaptive_max_pool2d(x, (oh, ow))[0]   -> max_pool2d(x, (H / oh, W / ow))
     amax(x, dims, keepdim)                -> a max_pool2d whose window covers ``dims``, then a
