@@ -33,8 +33,9 @@ def default_aten_passes(target) -> list:
     recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
     from constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight), so convolutions get plain weights, and a division
-    by a constant is a multiplication by its reciprocal; unbinds become
-    selects; attention, batched matmuls and layer, group and instance normalization become
+    by a constant is a multiplication by its reciprocal; norms, variances, square roots
+    and divisions by them become means, multiplications and reciprocal square roots;
+    unbinds become selects; attention, batched matmuls and layer, group and instance normalization become
     the bmm, softmax, mean and elementwise ops NPUs run, each quantized on its own, and a
     reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
     that no convolution or linear layer absorbs becomes a depthwise convolution, and a
@@ -43,7 +44,7 @@ def default_aten_passes(target) -> list:
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise, ConvertDivToMul,
                               ConvertPoolingTo2d, ConvertResizeToLinear,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
-                              DecomposeReshape,
+                              DecomposeReshape, DecomposeRoots,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind, FoldConstants,
                               FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
@@ -54,7 +55,7 @@ def default_aten_passes(target) -> list:
             DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
-            StackByConcat(),
+            DecomposeRoots(), StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]

@@ -14,6 +14,7 @@ from mcu_npu.passes.aten.decompose_lstm import DecomposeLSTM
 from mcu_npu.passes.aten.decompose_matmul import DecomposeMatmul
 from mcu_npu.passes.aten.decompose_reshape import DecomposeReshape
 from mcu_npu.passes.aten.decompose_rnn import DecomposeRNN
+from mcu_npu.passes.aten.decompose_roots import DecomposeRoots
 from mcu_npu.passes.aten.decompose_silu import DecomposeSiLU
 from mcu_npu.passes.aten.decompose_scaled_dot_product_attention import (
     DecomposeScaledDotProductAttention,
@@ -32,6 +33,7 @@ __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertDivToMul"
            "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
+           "DecomposeRoots",
            "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
            "DecomposeUnbind",
            "FoldConstants", "FoldLinearOfZeros", "FoldSelectOfCat", "InlineDisabledAutocast",
