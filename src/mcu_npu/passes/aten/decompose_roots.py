@@ -18,6 +18,7 @@ Spellings accepted (``dims``: any reduced axes, ``N``: the number of elements th
     sqrt(v)                                    -> v * rsqrt(v), v clamped to TINY unless it
                                                   is positive by construction
     sum(x, dims, keepdim)                      -> mean(x, dims, keepdim) * N
+    addcmul(b, w, t, value=v)                  -> b + (w * t) * v    (timm's GRN ends so)
 
 Neither NPU compiler takes SQRT, and Vela takes DIV on the U85 only (LiteRT has no int8 DIV
 to check it with); RSQRT, MUL and MEAN run on every NPU. Statistics pooling (mean and standard
@@ -168,6 +169,12 @@ def _expand(gm: GraphModule, node: Node) -> bool:
     elif t == aten.pow.Tensor_Scalar and node.args[1] in (2, 0.5):
         x = node.args[0]
         out = emit(aten.mul.Tensor, x, x) if node.args[1] == 2 else emit(aten.sqrt.default, x)
+    elif t == aten.addcmul.default:
+        a = bind(node)
+        out = emit(aten.mul.Tensor, a.tensor1, a.tensor2)
+        if a.value != 1:
+            out = emit(aten.mul.Tensor, out, a.value)
+        out = emit(aten.add.Tensor, a.self, out)
     elif t in _VARIANCES:
         kind = _VARIANCES[t]
         var, mean = _variance(emit, node.args[0], node)
