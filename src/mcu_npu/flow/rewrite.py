@@ -36,8 +36,9 @@ def default_aten_passes(target) -> list:
     by a constant is a multiplication by its reciprocal; norms, variances, square roots
     and divisions by them become means, multiplications and reciprocal square roots;
     unbinds become selects; attention, batched matmuls and layer, group and instance
-    normalization become the bmm, softmax, mean and elementwise ops NPUs run, each quantized on its own, and a
-    reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
+    normalization become the bmm, softmax, mean and elementwise ops NPUs run, each
+    quantized on its own, and a reshape that needs a copy makes it explicit, so the copy is
+    quantized too; a BatchNorm
     that no convolution or linear layer absorbs becomes a depthwise convolution, and a
     resize of a small map that the NPU cannot resize a linear layer over its positions."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
