@@ -13,8 +13,9 @@ Spellings accepted (``dims``: any reduced axes, ``N``: the number of elements th
     x / sqrt(s)                                -> x * rsqrt(s)
     x / clamp(sqrt(s), min=eps)                -> x * rsqrt(clamp(s, min=eps * eps))
     x / d, d > 0 by construction               -> x * rsqrt(d * d)
-      (d: a clamp to a positive minimum, or a sum of a non-negative value and a positive
-      constant, e.g. GRN's g.mean(...) + eps; an expand of the divisor is dropped)
+      (d: computed from a square root and positive: a clamp to a positive minimum, or a sum
+      of a non-negative value and a positive constant, e.g. GRN's g.mean(...) + eps; an
+      expand of the divisor is dropped)
     sqrt(v)                                    -> v * rsqrt(v), v clamped to TINY unless it
                                                   is positive by construction
     sum(x, dims, keepdim)                      -> mean(x, dims, keepdim) * N
@@ -23,8 +24,8 @@ Spellings accepted (``dims``: any reduced axes, ``N``: the number of elements th
 Neither NPU compiler takes SQRT, and Vela takes DIV on the U85 only (LiteRT has no int8 DIV
 to check it with); RSQRT, MUL and MEAN run on every NPU. Statistics pooling (mean and standard
 deviation over time), global response normalisation and L2 normalisation thus run wholly on
-the NPU. A division by a run-time value that is not provably positive is left as it is (it
-runs on the CPU, with the reason). Exact in float, except that a ``sqrt`` of a value below
+the NPU. A division by a run-time value that is not provably positive, or not computed from
+a root, is left as it is (it runs on the CPU, with the reason). Exact in float, except that a ``sqrt`` of a value below
 ``TINY`` that is not positive by construction returns at most ``sqrt(TINY)``.
 
 In int8 the reciprocal square root is a table over its input's range with its own output
@@ -199,9 +200,23 @@ def _reciprocal(emit: Emitter, d: Node) -> Node | None:
         return emit(aten.rsqrt.default, d.args[0])
     if bound is not None and bound > 0 and _call(inner, aten.sqrt.default):
         return emit(aten.rsqrt.default, emit(aten.clamp.default, inner.args[0], bound * bound))
-    if _positive(d):
+    if _positive(d) and _rooted(d):
         return emit(aten.rsqrt.default, emit(aten.mul.Tensor, d, d))
     return None
+
+
+def _rooted(node) -> bool:
+    """Whether ``node`` is computed from a square root through sign-keeping ops, sums,
+    products and clamps (GRN's ``g.mean(...) + eps``): a normalisation's divisor, whose range
+    calibration sees is narrow. Other positive divisors (``exp(x).sum()``) are left alone."""
+    if not isinstance(node, Node) or node.op != "call_function":
+        return False
+    if node.target == aten.sqrt.default:
+        return True
+    if node.target in _PASS_SIGN or _clamp_min(node) is not None or \
+            node.target in (aten.add.Tensor, aten.mul.Tensor):
+        return any(_rooted(a) for a in node.args[:2] if isinstance(a, Node))
+    return False
 
 
 def _divide(gm: GraphModule, node: Node) -> bool:
