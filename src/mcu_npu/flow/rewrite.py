@@ -33,14 +33,13 @@ def default_aten_passes(target) -> list:
     recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
     from constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight), so convolutions get plain weights, and a division
-    by a constant is a multiplication by its reciprocal; norms, variances, square roots
-    and divisions by them become means, multiplications and reciprocal square roots;
-    unbinds become selects; attention, batched matmuls and layer, group and instance
-    normalization become the bmm, softmax, mean and elementwise ops NPUs run, each
-    quantized on its own, and a reshape that needs a copy makes it explicit, so the copy is
-    quantized too; a BatchNorm
-    that no convolution or linear layer absorbs becomes a depthwise convolution, and a
-    resize of a small map that the NPU cannot resize a linear layer over its positions."""
+    by a constant is a multiplication by its reciprocal; unbinds become selects; attention,
+    batched matmuls and layer, group and instance normalization become the bmm, softmax,
+    mean and elementwise ops NPUs run, each quantized on its own, as do norms, variances,
+    square roots, sums and divisions by roots (means, multiplications and reciprocal square
+    roots), and a reshape that needs a copy makes it explicit, so the copy is quantized
+    too; a BatchNorm that no convolution or linear layer absorbs becomes a depthwise
+    convolution, and a resize of a small map that the NPU cannot resize a linear layer over its positions."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise, ConvertDivToMul,
                               ConvertPoolingTo2d, ConvertResizeToLinear,
@@ -56,7 +55,7 @@ def default_aten_passes(target) -> list:
             DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
-            DecomposeRoots(), StackByConcat(),
+            StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
-            DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
+            DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeRoots(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]
