@@ -25,8 +25,9 @@ Neither NPU compiler takes SQRT, and Vela takes DIV on the U85 only (LiteRT has 
 to check it with); RSQRT, MUL and MEAN run on every NPU. Statistics pooling (mean and standard
 deviation over time), global response normalisation and L2 normalisation thus run wholly on
 the NPU. A division by a run-time value that is not provably positive, or not computed from
-a root, is left as it is (it runs on the CPU, with the reason). Exact in float, except that a ``sqrt`` of a value below
-``TINY`` that is not positive by construction returns at most ``sqrt(TINY)``.
+a root, is left as it is (it runs on the CPU, with the reason). Exact in float, except that
+the ``sqrt`` of a value ``v`` below ``TINY`` that is not positive by construction is
+``v / sqrt(TINY)``, below ``sqrt(TINY)`` (1e-6) as the true root is.
 
 In int8 the reciprocal square root is a table over its input's range with its own output
 parameters: its precision is that of an int8 ``1 / sqrt(v)`` over the range calibration sees.
