@@ -235,8 +235,10 @@ def _divide(gm: GraphModule, node: Node) -> bool:
     r = _reciprocal(emit, d)
     if r is None:
         return False
+    divisor = node.args[1]
     node.replace_all_uses_with(emit(aten.mul.Tensor, x, r))
     gm.graph.erase_node(node)
+    _erase_dead(gm, divisor)
     return True
 
 
@@ -260,13 +262,15 @@ def _root(gm: GraphModule, node: Node) -> bool:
     return True
 
 
-def _erase_unused(gm: GraphModule) -> None:
-    """Drop the pure nodes a rewrite left without users (a divisor's sqrt, its expand)."""
-    for node in reversed(list(gm.graph.nodes)):
-        if node.op == "call_function" and not node.users and \
-                isinstance(node.target, torch._ops.OpOverload) and \
-                not node.target._schema.is_mutable:
-            gm.graph.erase_node(node)
+def _erase_dead(gm: GraphModule, node: Node) -> None:
+    """Erase ``node`` and then its inputs while nothing reads them (a replaced divisor's
+    expand, clamp and sqrt)."""
+    work = [node]
+    while work:
+        n = work.pop()
+        if isinstance(n, Node) and n.op == "call_function" and not n.users:
+            work.extend(a for a in n.args if isinstance(a, Node))
+            gm.graph.erase_node(n)
 
 
 class DecomposeRoots(PassBase):
@@ -276,13 +280,9 @@ class DecomposeRoots(PassBase):
     def call(self, graph_module: GraphModule) -> PassResult:
         changed = False
         for sweep in (_expand, _divide, _root):
-            done = False
             for node in list(graph_module.graph.nodes):
                 if node.op == "call_function" and node.target is not operator.getitem:
-                    done |= sweep(graph_module, node)
-            if done:
-                _erase_unused(graph_module)
-            changed |= done
+                    changed |= sweep(graph_module, node)
         if changed:
             finish(graph_module)
         return PassResult(graph_module, changed)
