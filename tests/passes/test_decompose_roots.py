@@ -131,7 +131,8 @@ def test_converts_within_one_step_and_vela_places_it(name, fn, shape):
     lambda x, y: x / (y.mean(-1, keepdim=True) + 1e-6),   # a mean of any sign, plus eps
     lambda x, y: torch.linalg.vector_norm(x, 1, dim=-1),  # an L1 norm
     lambda x, y: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True),   # positive, no root
-], ids=["any_sign", "mean_plus_eps", "l1_norm", "softmax_by_hand"])
+    lambda x, y: x[..., :1].std(-1),             # one sample: Bessel's correction divides by 0
+], ids=["any_sign", "mean_plus_eps", "l1_norm", "softmax_by_hand", "std_of_one"])
 def test_leaves_what_is_not_a_root_or_positive(fn):
     gm = export_module(_Two(fn).eval(), (torch.randn(1, 3, 8), torch.randn(1, 3, 8)))
     DecomposeRoots()(gm)

@@ -138,14 +138,19 @@ def _count(x: Node, dims: list[int]) -> int:
     return math.prod(_shape(x)[d] for d in dims)
 
 
+def _correction(node: Node) -> float:
+    """The variance's correction (Bessel's 1, or 0) of a var / std family node."""
+    a = bind(node)
+    if getattr(a, "unbiased", None) is not None:
+        return 1.0 if a.unbiased else 0.0
+    return 1.0 if a.correction is None else float(a.correction)
+
+
 def _variance(emit: Emitter, x: Node, node: Node) -> tuple[Node, Node]:
     """(variance, mean) of ``x`` as ``node`` (a var / std family node) reduces it."""
     a = bind(node)
     dims = _dims(a.dim, len(_shape(x)))
-    if getattr(a, "unbiased", None) is not None:
-        correction = 1.0 if a.unbiased else 0.0
-    else:
-        correction = 1.0 if a.correction is None else float(a.correction)
+    correction = _correction(node)
     mean = emit(aten.mean.dim, x, dims, True)
     d = emit(aten.sub.Tensor, x, mean)
     var = emit(aten.mean.dim, emit(aten.mul.Tensor, d, d), dims, bool(a.keepdim))
@@ -178,6 +183,9 @@ def _expand(gm: GraphModule, node: Node) -> bool:
             out = emit(aten.mul.Tensor, out, a.value)
         out = emit(aten.add.Tensor, a.self, out)
     elif t in _VARIANCES:
+        x = node.args[0]
+        if _count(x, _dims(bind(node).dim, len(_shape(x)))) <= _correction(node):
+            return False  # no sample to correct with: torch gives NaN or inf, left to it
         kind = _VARIANCES[t]
         var, mean = _variance(emit, node.args[0], node)
         if kind.startswith("std"):
