@@ -8,6 +8,8 @@ U55 and the U85. A division by a value that is not provably positive is left alo
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 import torch
@@ -97,8 +99,7 @@ def graph(fn, shape):
 def test_is_exact_and_leaves_means_multiplies_and_rsqrt(name, fn, shape):
     module, x, gm = graph(fn, shape)
     assert DecomposeRoots()(gm).modified
-    ops = {n.target for n in gm.graph.nodes if n.op == "call_function"} - {__import__(
-        "operator").getitem}
+    ops = {n.target for n in gm.graph.nodes if n.op == "call_function"} - {operator.getitem}
     assert aten.rsqrt.default in ops and not ops & GONE and ops <= LEFT, ops - LEFT
     with torch.no_grad():
         torch.testing.assert_close(gm(x), module(x), rtol=1e-5, atol=1e-6)
@@ -126,6 +127,15 @@ def test_converts_within_one_step_and_vela_places_it(name, fn, shape):
         assert vela_rejections(model, get_target(npu)) == {}, npu
 
 
+class _Two(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x, y):
+        return self.fn(x, y)
+
+
 @pytest.mark.parametrize("fn", [
     lambda x, y: x / y,                          # y may be negative or zero
     lambda x, y: x / (y.mean(-1, keepdim=True) + 1e-6),   # a mean of any sign, plus eps
@@ -138,12 +148,3 @@ def test_leaves_what_is_not_a_root_or_positive(fn):
     DecomposeRoots()(gm)
     ops = {n.target for n in gm.graph.nodes if n.op == "call_function"}
     assert aten.rsqrt.default not in ops, ops
-
-
-class _Two(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x, y):
-        return self.fn(x, y)
