@@ -104,7 +104,7 @@ def _nonnegative(node) -> bool:
     if node.target in _PASS_SIGN:
         return _nonnegative(node.args[0])
     if node.target in (aten.add.Tensor, aten.mul.Tensor):
-        return all(_nonnegative(a) for a in node.args[:2])
+        return not node.kwargs and all(_nonnegative(a) for a in node.args[:2])
     bound = _clamp_min(node)
     return bound is not None and bound >= 0
 
