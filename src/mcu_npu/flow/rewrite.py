@@ -25,8 +25,9 @@ def for_annotation(graph: GraphModule, target) -> GraphModule:
 def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: autocast regions that
     change nothing on a CPU in float32 become the ops they hold; convolutions and pooling
-    on unbatched inputs get a batch of one; a SiLU becomes sigmoid and multiply, quantized
-    where the device rounds them; a linear layer with a run-time weight becomes a
+    on unbatched inputs get a batch of one; 1-D and adaptive max pools and max reductions
+    over time or space become the 2-D pools NPUs run; a SiLU becomes sigmoid and multiply,
+    quantized where the device rounds them; a linear layer with a run-time weight becomes a
     matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
     steps whose output is never read are not computed, a zero initial state costs no
     recurrent matmul, and per-step outputs are gathered without a copy each; attention (with
@@ -34,27 +35,29 @@ def default_aten_passes(target) -> list:
     from constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight, an attention mask), so convolutions get plain
     weights, and a mask before a softmax becomes an add the quantizer saturates; a division
-    by a constant is a multiplication by its reciprocal; unbinds become
-    selects; batched matmuls and layer, group and instance normalization become
-    the bmm, mean and elementwise ops NPUs run, each quantized on its own, and a
-    reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
-    that no convolution or linear layer absorbs becomes a depthwise convolution, and a
-    resize of a small map that the NPU cannot resize a linear layer over its positions."""
+    by a constant is a multiplication by its reciprocal; unbinds become selects; batched
+    matmuls and layer, group and instance normalization become the bmm, mean and elementwise
+    ops NPUs run, each quantized on its own, as do norms, variances, square roots, sums and
+    divisions by roots (means, multiplications and reciprocal square roots), and a reshape
+    that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm that no
+    convolution or linear layer absorbs becomes a depthwise convolution, and a resize of a
+    small map that the NPU cannot resize a linear layer over its positions."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise, ConvertDivToMul,
-                              ConvertResizeToLinear,
+                              ConvertPoolingTo2d, ConvertResizeToLinear,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
-                              DecomposeReshape,
+                              DecomposeReshape, DecomposeRoots,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind, FoldConstants,
                               FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
                               LinearOfActivations, SaturateAttentionMask, StackByConcat)
 
-    return [InlineDisabledAutocast(), AddBatchDimension(), LinearOfActivations(),
+    return [InlineDisabledAutocast(), AddBatchDimension(), ConvertPoolingTo2d(),
+            LinearOfActivations(),
             DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), DecomposeScaledDotProductAttention(),
             FoldConstants(), SaturateAttentionMask(), ConvertDivToMul(), StackByConcat(),
             DecomposeUnbind(), DecomposeMatmul(),
-            DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
+            DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeRoots(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]

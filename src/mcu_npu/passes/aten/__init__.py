@@ -4,6 +4,7 @@ from mcu_npu.passes.aten._recurrent import ProjSizeNotSupportedError
 from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
 from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
 from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
+from mcu_npu.passes.aten.convert_pooling_to_2d import ConvertPoolingTo2d
 from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
 from mcu_npu.passes.aten.decompose_group_norm import DecomposeGroupNorm
 from mcu_npu.passes.aten.decompose_gru import DecomposeGRU
@@ -13,6 +14,7 @@ from mcu_npu.passes.aten.decompose_lstm import DecomposeLSTM
 from mcu_npu.passes.aten.decompose_matmul import DecomposeMatmul
 from mcu_npu.passes.aten.decompose_reshape import DecomposeReshape
 from mcu_npu.passes.aten.decompose_rnn import DecomposeRNN
+from mcu_npu.passes.aten.decompose_roots import DecomposeRoots
 from mcu_npu.passes.aten.decompose_silu import DecomposeSiLU
 from mcu_npu.passes.aten.decompose_scaled_dot_product_attention import (
     DecomposeScaledDotProductAttention,
@@ -28,10 +30,11 @@ from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
 __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertDivToMul",
-           "ConvertResizeToLinear",
+           "ConvertPoolingTo2d", "ConvertResizeToLinear",
            "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
+           "DecomposeRoots",
            "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
            "DecomposeUnbind",
            "FoldConstants", "FoldLinearOfZeros", "FoldSelectOfCat", "InlineDisabledAutocast",
