@@ -13,7 +13,9 @@ import torch
 from .device.program_io import dequantize_outputs, quantize_inputs
 from .errors import ConfigError, HostDataMissingError, stage
 from .firmware.files import write_atomic
+from .flow.export import exported_model
 from .flow.run import compile_program
+from .progress import reporting
 from .quantization.precision import AutoPrecision, parse_precision
 from .report import Report
 from .runtime import load_program
@@ -134,8 +136,8 @@ class CompiledProgram:
 
 
 def compile(
-    model: torch.nn.Module,
-    example_inputs,
+    model,
+    example_inputs=None,
     target: str = "imxrt700",
     calibration=None,
     npu_compiler: str = "auto",
@@ -155,6 +157,10 @@ def compile(
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
     calibrate, with a warning. With ``train_fn`` the quantization is aware-training: the
     fake-quantized graph, its ranges started from calibration, is handed to ``train_fn``.
+
+    ``model`` is a ``torch.nn.Module``, a ``torch.export.ExportedProgram`` or the path of a
+    ``.pt2`` file (``torch.export.save``); for the last two, ``example_inputs=None`` takes
+    the program's own example inputs.
 
     ``io="int8"`` makes the program's inputs and outputs the int8 tensors the NPU (or the
     Cortex-M int8 kernels) consume and produce: no quantize of an input, no dequantize of an
@@ -185,23 +191,27 @@ def compile(
 
     ``etrecord`` names a file to write the compile's ETRecord to, for ExecuTorch's
     ``Inspector`` (``docs/debugging.md``); the device program is the same without it."""
-    request = parse_precision(precision)
-    if isinstance(request, AutoPrecision) and etrecord is not None:
-        raise ConfigError("etrecord= is not available with precision='auto': compile with "
-                          "the precision the search chose (report.precision) to record it")
-    if isinstance(request, AutoPrecision):
-        from .flow.auto_precision import search
+    with reporting(progress):  # stage lines while it runs (``mcu_npu.progress``)
+        with stage("reading the model", show=False):
+            model, example_inputs = exported_model(model, example_inputs)
+        request = parse_precision(precision)
+        if isinstance(request, AutoPrecision) and etrecord is not None:
+            raise ConfigError("etrecord= is not available with precision='auto': compile with "
+                              "the precision the search chose (report.precision) to record it")
+        if isinstance(request, AutoPrecision):
+            from .flow.auto_precision import search
 
-        return search(request, model, example_inputs, target=target, calibration=calibration,
-                      npu_compiler=npu_compiler,
-                      operators_not_to_delegate=operators_not_to_delegate,
-                      progress=progress, train_fn=train_fn, io=io, deployable=deployable,
-                      strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile,
-                      memory=memory)
-    with stage("compiling the model"):  # any failure the stages below do not name
-        return _compile(model, example_inputs, target, calibration, npu_compiler,
-                        operators_not_to_delegate, progress, train_fn, io, deployable, strict,
-                        accuracy_samples, request, memory=memory, etrecord=etrecord)
+            return search(request, model, example_inputs, target=target, calibration=calibration,
+                          npu_compiler=npu_compiler,
+                          operators_not_to_delegate=operators_not_to_delegate,
+                          progress=progress, train_fn=train_fn, io=io, deployable=deployable,
+                          strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile,
+                          memory=memory)
+        # any failure the stages below do not name
+        with stage("compiling the model", show=False):
+            return _compile(model, example_inputs, target, calibration, npu_compiler,
+                            operators_not_to_delegate, progress, train_fn, io, deployable, strict,
+                            accuracy_samples, request, memory=memory, etrecord=etrecord)
 
 
 def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:

@@ -15,7 +15,7 @@ from ..partition.plan import Plan
 from ..quantization.precision import PrecisionRequest
 from ..report import Report
 from .check import check_program
-from .export import export
+from .export import export, in_eval_mode
 from .inputs import check_arguments
 from .lower import plan_edge
 from .memory import place
@@ -58,9 +58,9 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
                            memory)
-    float_model = model.eval() if isinstance(model, torch.nn.Module) else model
+    float_model = in_eval_mode(model)
     graph = rewrite(export(float_model, args.example_inputs), args.target)
-    quantized = quantize_model(graph, args, precision, train_fn, progress, plan)
+    quantized = quantize_model(graph, args, precision, train_fn, plan)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
     before = copy.deepcopy(quantized.edge) if keep_edges else None
     placed = place(quantized.edge, decided, args.target, args.memory, args.io, precision,
