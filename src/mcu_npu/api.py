@@ -103,17 +103,23 @@ class CompiledProgram:
 
     def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
             debug_buffer: str | os.PathLike | None = None,
-            runtime: str = "host") -> list[torch.Tensor]:
+            runtime: str = "host", bundled_input_index: int | None = None) \
+            -> list[torch.Tensor]:
         """Execute the ``.pte``; with ``io="int8"`` it takes and returns int8 tensors (see
         ``quantize_inputs`` / ``dequantize_outputs``). ``etdump``: write the run's ETDump
-        there (``devtools.etdump``), and with ``debug_buffer`` its intermediate outputs.
+        there (``devtools.etdump``), and with ``debug_buffer`` its intermediate outputs;
+        ``bundled_input_index``: which of the ETRecord's representative inputs ``inputs``
+        are (0: the compile's example inputs), so ``Inspector`` pairs the run with its
+        reference outputs (``compare_results``), as ExecuTorch's runtime marks a run of a
+        bundled input.
         ``runtime``: ``"host"`` (the project's Python runtime) or ``"executorch"``
         (ExecuTorch's own C++ runtime, with the NPU backends' data movement done as on the
         device; needs a C++ compiler)."""
         self._runtime()
         if etdump is not None or debug_buffer is not None:
             _records_the_host(runtime)
-            return _record(self._program._program, inputs, self.report, etdump, debug_buffer)
+            return _record(self._program._program, inputs, self.report, etdump, debug_buffer,
+                           bundled_input_index)
         return self._program.run(*inputs, runtime=runtime)
 
     def save_selected_ops(self, path: str | os.PathLike,
@@ -223,8 +229,10 @@ def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
         from .devtools.etrecord import write_etrecord
 
         example = args[1]
-        write_etrecord(etrecord, *c.edges,
-                       (example,) if isinstance(example, torch.Tensor) else tuple(example))
+        example = (example,) if isinstance(example, torch.Tensor) else tuple(example)
+        with torch.no_grad():
+            expected = c.float_model(*example)
+        write_etrecord(etrecord, *c.edges, example, expected)
     return CompiledProgram(c.buffer, c.report, c.reference, _program=LoadedProgram(c.program),
                            float_model=c.float_model, host_data=c.host_data, _plan=c.plan)
 
@@ -245,7 +253,8 @@ class LoadedProgram:
 
     def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
             debug_buffer: str | os.PathLike | None = None,
-            runtime: str = "host") -> list[torch.Tensor]:
+            runtime: str = "host", bundled_input_index: int | None = None) \
+            -> list[torch.Tensor]:
         """See ``CompiledProgram.run`` (the ETDump's times come from the companion's
         report)."""
         from .runtime.executorch import run_with
@@ -253,7 +262,8 @@ class LoadedProgram:
         try:
             if etdump is not None or debug_buffer is not None:
                 _records_the_host(runtime)
-                return _record(self._program, inputs, self.report, etdump, debug_buffer)
+                return _record(self._program, inputs, self.report, etdump, debug_buffer,
+                               bundled_input_index)
             return run_with(runtime, self._program, inputs)
         except HostDataMissingError:
             if self._companion_name is None:
@@ -303,14 +313,16 @@ def _records_the_host(runtime: str) -> None:
                           f"{runtime!r}: leave runtime at 'host'")
 
 
-def _record(program, inputs, report, etdump, debug_buffer) -> list[torch.Tensor]:
+def _record(program, inputs, report, etdump, debug_buffer,
+            bundled_input_index=None) -> list[torch.Tensor]:
     """Run ``program`` writing an ETDump (``devtools.etdump.record_run``)."""
     if etdump is None:
         raise ConfigError("debug_buffer= holds the intermediate outputs of an ETDump: give "
                           "etdump= too")
     from .devtools.etdump import record_run
 
-    return record_run(program, inputs, report, etdump, debug_buffer)
+    return record_run(program, inputs, report, etdump, debug_buffer,
+                      bundled_input_index=bundled_input_index)
 
 
 def check_bundled(path_or_bytes, companion=None):

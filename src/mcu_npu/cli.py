@@ -156,14 +156,15 @@ def cmd_compile(args) -> int:
         args.target = DEFAULT_TARGET
         print(f"mcu-npu: compiling for {DEFAULT_TARGET}, the default target (--target T for "
               f"another; `mcu-npu targets` lists them)", file=sys.stderr)
-    with contextlib.nullcontext() if args.quiet else Progress().active() as progress:
-        _stage(progress, "loading PyTorch and ExecuTorch")
-        from . import api
-        from .flow.inputs import check_memory
-        from .targets import get_target
+    from .flow.inputs import check_memory
+    from .targets import get_target
 
-        check_memory(args.memory, get_target(args.target))
-        precision = precision_arg(args)
+    check_memory(args.memory, get_target(args.target))
+    precision = precision_arg(args)
+    with contextlib.nullcontext() if args.quiet else Progress().active() as progress:
+        _stage(progress, "loading ExecuTorch")
+        from . import api
+
         _stage(progress, "loading the model")
         model, inputs, calibration = load_model_spec(args.model)
         if args.calibration:
@@ -231,7 +232,8 @@ def cmd_run(args) -> int:
             raise ConfigError(f"cannot read input {path!r}: {_first_line(exc)}") from exc
     outputs = [o.numpy() for o in prog.run(*inputs, etdump=args.etdump,
                                            debug_buffer=args.debug_buffer,
-                                           runtime=args.runtime)]
+                                           runtime=args.runtime,
+                                           bundled_input_index=args.bundled_input_index)]
     for i, o in enumerate(outputs):
         flat = o.reshape(-1)
         preview = np.array2string(flat[:8], precision=4, separator=", ")
@@ -397,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the run's ETDump (for ExecuTorch's Inspector) to FILE")
     r.add_argument("--debug-buffer", metavar="FILE",
                    help="with --etdump: write the intermediate outputs to FILE")
+    r.add_argument("--bundled-input-index", type=int, metavar="K",
+                   help="with --etdump: the inputs are the ETRecord's representative input K "
+                        "(0: the compile's example inputs), so Inspector's compare_results "
+                        "sets the run beside their reference outputs")
     r.add_argument("--runtime", choices=("host", "executorch"), default="host",
                    help="host: mcu-npu's Python runtime (default); executorch: ExecuTorch's "
                         "own C++ runtime, the NPU backends moving data as on the device (built "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -73,9 +74,14 @@ def load_pt2(path) -> torch.export.ExportedProgram:
                           f"{path!r}")
     if not Path(path).is_file():
         raise ConfigError(f"model file {path!r} not found")
+    log = logging.getLogger("torch.export")  # logs the traceback of what it raises next
+    level = log.level
+    log.setLevel(logging.CRITICAL)
     try:
         return torch.export.load(path)
     except Exception as exc:  # torch raises many types on a foreign or corrupt file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedModelError(f"cannot read {path!r} as a torch.export program: "
                                     f"{first}") from exc
+    finally:
+        log.setLevel(level)
