@@ -1,7 +1,7 @@
 """The command line as a user meets it: a ``.pt2`` compiles (CLI and API), a compile shows
 its stages with elapsed time and none of the third-party notices nobody can act on, the
-no-calibration warning comes before the work, ``targets`` and ``--version`` load neither
-torch nor ExecuTorch, and ``--help`` states the defaults."""
+no-calibration warning comes before the work, ``report``, ``targets`` and ``--version`` load
+neither torch nor ExecuTorch, and ``--help`` states the defaults."""
 
 from __future__ import annotations
 
@@ -39,9 +39,18 @@ def pt2(tmp_path_factory):
     return out
 
 
-def test_pt2_compiles_from_the_command_line_with_progress_and_no_noise(pt2, tmp_path):
+@pytest.fixture(scope="module")
+def cli_compile(pt2):
+    """``mcu-npu compile m.pt2 --calibration cal.npz`` in a fresh process (stderr not a
+    terminal): the finished process and the .pte it wrote."""
+    pte = pt2 / "m.pte"
     done = run_cli("compile", pt2 / "m.pt2", "--target", "corstone-300", "--calibration",
-                   pt2 / "cal.npz", "-o", tmp_path / "m.pte", in_process=False)
+                   pt2 / "cal.npz", "-o", pte, in_process=False)
+    return done, pte
+
+
+def test_pt2_compiles_from_the_command_line_with_progress_and_no_noise(cli_compile):
+    done, pte = cli_compile
     assert done.returncode == 0, done.stderr
     stages = re.findall(r"^\[\s*(\d+\.\d) s\] (.+)$", done.stderr, re.M)
     names = [name for _, name in stages]
@@ -54,7 +63,7 @@ def test_pt2_compiles_from_the_command_line_with_progress_and_no_noise(pt2, tmp_
     assert "\r" not in done.stderr  # not a terminal: plain lines, no bar
     for noise in NOISE:
         assert noise not in done.stderr, done.stderr
-    prog = mcu_npu.load(tmp_path / "m.pte")
+    prog = mcu_npu.load(pte)
     assert sqnr_holds(prog.report.accuracy["sqnr_db"], prog.report.accuracy["reference_sqnr_db"])
 
 
@@ -85,8 +94,12 @@ def test_a_pt2_without_a_program_is_refused_in_one_line(tmp_path):
     assert "cannot read" in errors[0] and not (tmp_path / "m.pte").exists()
 
 
-@pytest.mark.parametrize("argv", [["targets"], ["--version"]], ids=lambda a: a[0])
-def test_quick_commands_import_neither_torch_nor_executorch(argv):
+QUICK = [["targets"], ["--version"], ["report", "{pte}"], ["report", "{pte}", "--json"]]
+
+
+@pytest.mark.parametrize("argv", QUICK, ids=" ".join)
+def test_quick_commands_import_neither_torch_nor_executorch(argv, cli_compile):
+    _, pte = cli_compile
     code = ("import sys\n"
             "from mcu_npu.cli import main\n"
             "try:\n"
@@ -96,10 +109,14 @@ def test_quick_commands_import_neither_torch_nor_executorch(argv):
             "print('IMPORTED', sorted(m for m in ('torch', 'executorch', 'torchao') "
             "if m in sys.modules))\n"
             "sys.exit(code or 0)\n")
-    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", code, *(a.format(pte=pte) for a in argv)],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "IMPORTED []" in done.stdout, done.stdout[-300:]
+    printed, imported = done.stdout.rsplit("IMPORTED ", 1)
+    assert imported.strip() == "[]", imported
+    if argv[0] == "report":  # the same report the full load gives
+        report = mcu_npu.load(pte).report
+        assert printed.strip() == (report.to_json() if "--json" in argv else str(report)).strip()
 
 
 def test_version_and_help_state_the_defaults():

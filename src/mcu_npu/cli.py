@@ -269,10 +269,14 @@ def _save_outputs(path: str, outputs) -> None:
 
 
 def cmd_report(args) -> int:
-    from . import api
     from .errors import InvalidProgramError
+    from .firmware.companion import saved_report
 
-    report = api.load(args.program, companion=args.companion).report
+    report = saved_report(args.program, args.companion)  # without torch, when it can
+    if report is None:
+        from . import api
+
+        report = api.load(args.program, companion=args.companion).report
     if report is None:
         from .firmware.companion import companion_path
 
