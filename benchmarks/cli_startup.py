@@ -8,8 +8,9 @@ Run::
 
 Times ``mcu-npu report m.pte``, ``mcu-npu check m.pte --target imxrt700``,
 ``mcu-npu targets`` and ``mcu-npu --version`` (run as ``python -m mcu_npu.cli``, so the
-``mcu_npu`` on ``PYTHONPATH`` is the one measured), the best and the median of ``--repeat``
-runs, and whether each process imported torch. Without ``--pte`` it first compiles
+``mcu_npu`` on ``PYTHONPATH`` is the one measured): the best and the median wall time of
+``--repeat`` runs, the median CPU time (user + system: what the machine's load does not
+inflate), and whether each process imported torch. Without ``--pte`` it first compiles
 ``examples/digits.py:calibrated`` for imxrt700 into a temporary folder (not timed).
 Wall-clock figures on this machine; the script asserts nothing.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -37,20 +39,24 @@ def _pte(folder: str) -> str:
     return out
 
 
-def _time(argv: list[str], repeat: int) -> list[float]:
-    times = []
+def _time(argv: list[str], repeat: int) -> tuple[list[float], list[float]]:
+    """(wall seconds, CPU seconds of the process: user + system) of each of ``repeat`` runs."""
+    walls, cpus = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return times
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return walls, cpus
 
 
 def _imports_torch(argv: list[str]) -> bool:
     """Whether the subcommand's process imported torch (``-X importtime`` lists it)."""
     run = subprocess.run([sys.executable, "-X", "importtime", *argv[1:]],
                          capture_output=True, text=True)
-    return any(line.rstrip().endswith("| torch") for line in run.stderr.splitlines())
+    return any(line.split("|")[-1].strip() == "torch" for line in run.stderr.splitlines())
 
 
 def main() -> None:
@@ -66,10 +72,12 @@ def main() -> None:
             "targets": ["targets"],
             "--version": ["--version"],
         }
-        print(f"{'command':38s} {'best s':>7s} {'median s':>9s}  imports torch")
+        print(f"{'command':38s} {'wall best':>9s} {'wall median':>11s} {'CPU median':>10s}"
+              f"  imports torch")
         for name, argv in commands.items():
-            times = _time([*CLI, *argv], args.repeat)
-            print(f"{'mcu-npu ' + name:38s} {min(times):7.2f} {statistics.median(times):9.2f}"
+            walls, cpus = _time([*CLI, *argv], args.repeat)
+            print(f"{'mcu-npu ' + name:38s} {min(walls):9.2f} {statistics.median(walls):11.2f}"
+                  f" {statistics.median(cpus):10.2f}"
                   f"  {'yes' if _imports_torch([*CLI, *argv]) else 'no'}")
 
 
