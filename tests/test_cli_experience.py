@@ -54,7 +54,7 @@ def test_pt2_compiles_from_the_command_line_with_progress_and_no_noise(cli_compi
     assert done.returncode == 0, done.stderr
     stages = re.findall(r"^\[\s*(\d+\.\d) s\] (.+)$", done.stderr, re.M)
     names = [name for _, name in stages]
-    for expected in ("loading ExecuTorch", "exporting the model",
+    for expected in ("loading PyTorch and ExecuTorch", "exporting the model",
                      "quantizing and calibrating", "serializing the ExecuTorch program",
                      "done"):
         assert expected in names, done.stderr

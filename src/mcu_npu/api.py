@@ -196,7 +196,11 @@ def compile(
     target's memory map (``flow.memory``; ``report.placement`` says why).
 
     ``etrecord`` names a file to write the compile's ETRecord to, for ExecuTorch's
-    ``Inspector`` (``docs/debugging.md``); the device program is the same without it."""
+    ``Inspector`` (``docs/debugging.md``); the device program is the same without it.
+
+    ``progress=True`` shows each stage on stderr as it starts, with the seconds elapsed
+    (``mcu_npu.progress``; a calibration bar on a terminal); None (the default) shows them
+    when stderr is a terminal, False never."""
     with reporting(progress):  # stage lines while it runs (``mcu_npu.progress``)
         with stage("reading the model", show=False):
             model, example_inputs = exported_model(model, example_inputs)

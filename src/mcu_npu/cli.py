@@ -152,19 +152,23 @@ def cmd_compile(args) -> int:
     if args.c_header_bundled and not (args.bundled and args.c_header):
         raise ConfigError("--c-header-bundled puts the bundled program in the C header: give "
                           "--bundled INPUTS.npz and --c-header FILE too")
-    if args.target is None:
-        args.target = DEFAULT_TARGET
-        print(f"mcu-npu: compiling for {DEFAULT_TARGET}, the default target (--target T for "
-              f"another; `mcu-npu targets` lists them)", file=sys.stderr)
-    from .flow.inputs import check_memory
-    from .targets import get_target
-
-    check_memory(args.memory, get_target(args.target))
-    precision = precision_arg(args)
+    defaulted = args.target is None
+    args.target = DEFAULT_TARGET if defaulted else args.target
     with contextlib.nullcontext() if args.quiet else Progress().active() as progress:
-        _stage(progress, "loading ExecuTorch")
-        from . import api
+        if defaulted:
+            _stage(progress, f"target {DEFAULT_TARGET}, the default (--target T for another; "
+                             f"`mcu-npu targets` lists them)")
+        _stage(progress, "loading PyTorch and ExecuTorch")
+        import torch
 
+        # torch's own logs (a graph dump before an export error): the error is the one line
+        torch._logging.set_logs(all=logging.ERROR)
+        from . import api
+        from .flow.inputs import check_memory
+        from .targets import get_target
+
+        check_memory(args.memory, get_target(args.target))
+        precision = precision_arg(args)
         _stage(progress, "loading the model")
         model, inputs, calibration = load_model_spec(args.model)
         if args.calibration:
@@ -332,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "FILE.pt2 (saved by torch.export.save; its example inputs are used)")
     c.add_argument("--target", metavar="T",
                    help=f"target preset (see `mcu-npu targets`; default {DEFAULT_TARGET}, "
-                        f"said on stderr when it is used)")
+                        f"said in the progress lines when it is used)")
     c.add_argument("--calibration", help=".npz with one [N, *shape] array per model input")
     c.add_argument("--npu-compiler", default="auto", choices=tuple(NPU_COMPILERS), metavar="C",
                    help="the NPU compiler (default auto): " + "; ".join(
