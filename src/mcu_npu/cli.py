@@ -35,9 +35,6 @@ def _quiet() -> None:
     on are dropped where they are logged (``upstream.noise``, installed by ``import
     mcu_npu``)."""
     warnings.showwarning = _show_warning
-    # fake-tensor propagation logs the traceback of an op it cannot run before raising; the
-    # raised error reaches the user as one line, the log would add the traceback
-    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -161,8 +158,11 @@ def cmd_compile(args) -> int:
         _stage(progress, "loading PyTorch and ExecuTorch")
         import torch
 
-        # torch's own logs (a graph dump before an export error): the error is the one line
+        # torch's own warning logs: an error reaches the user as one line
         torch._logging.set_logs(all=logging.ERROR)
+        # fake-tensor propagation logs (as an error) the traceback of an op it cannot run
+        # before raising; the raised error is the one line, the log would add the traceback
+        logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
         from . import api
         from .flow.inputs import check_memory
         from .targets import get_target
