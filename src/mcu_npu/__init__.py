@@ -11,6 +11,9 @@ from .errors import (
     UnsupportedModelError,
 )
 from .targets import get_target, targets
+from .upstream.noise import silence_noise
+
+silence_noise()  # before torch, torchao or ExecuTorch is imported (``upstream.noise``)
 
 
 def __getattr__(name):

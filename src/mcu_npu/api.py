@@ -13,7 +13,9 @@ import torch
 from .device.program_io import dequantize_outputs, quantize_inputs
 from .errors import ConfigError, HostDataMissingError, stage
 from .firmware.files import write_atomic
+from .flow.export import exported_model
 from .flow.run import compile_program
+from .progress import reporting
 from .quantization.precision import AutoPrecision, parse_precision
 from .report import Report
 from .runtime import load_program
@@ -108,17 +110,23 @@ class CompiledProgram:
 
     def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
             debug_buffer: str | os.PathLike | None = None,
-            runtime: str = "host") -> list[torch.Tensor]:
+            runtime: str = "host", bundled_input_index: int | None = None) \
+            -> list[torch.Tensor]:
         """Execute the ``.pte``; with ``io="int8"`` it takes and returns int8 tensors (see
         ``quantize_inputs`` / ``dequantize_outputs``). ``etdump``: write the run's ETDump
-        there (``devtools.etdump``), and with ``debug_buffer`` its intermediate outputs.
+        there (``devtools.etdump``), and with ``debug_buffer`` its intermediate outputs;
+        ``bundled_input_index``: which of the ETRecord's representative inputs ``inputs``
+        are (0: the compile's example inputs), so ``Inspector`` pairs the run with its
+        reference outputs (``compare_results``), as ExecuTorch's runtime marks a run of a
+        bundled input.
         ``runtime``: ``"host"`` (the project's Python runtime) or ``"executorch"``
         (ExecuTorch's own C++ runtime, with the NPU backends' data movement done as on the
         device; needs a C++ compiler)."""
         self._runtime()
         if etdump is not None or debug_buffer is not None:
             _records_the_host(runtime)
-            return _record(self._program._program, inputs, self.report, etdump, debug_buffer)
+            return _record(self._program._program, inputs, self.report, etdump, debug_buffer,
+                           bundled_input_index)
         return self._program.run(*inputs, runtime=runtime)
 
     def save_selected_ops(self, path: str | os.PathLike,
@@ -141,8 +149,8 @@ class CompiledProgram:
 
 
 def compile(
-    model: torch.nn.Module,
-    example_inputs,
+    model,
+    example_inputs=None,
     target: str = "imxrt700",
     calibration=None,
     npu_compiler: str = "auto",
@@ -162,6 +170,10 @@ def compile(
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
     calibrate, with a warning. With ``train_fn`` the quantization is aware-training: the
     fake-quantized graph, its ranges started from calibration, is handed to ``train_fn``.
+
+    ``model`` is a ``torch.nn.Module``, a ``torch.export.ExportedProgram`` or the path of a
+    ``.pt2`` file (``torch.export.save``); for the last two, ``example_inputs=None`` takes
+    the program's own example inputs.
 
     ``io="int8"`` makes the program's inputs and outputs the int8 tensors the NPU (or the
     Cortex-M int8 kernels) consume and produce: no quantize of an input, no dequantize of an
@@ -191,24 +203,32 @@ def compile(
     target's memory map (``flow.memory``; ``report.placement`` says why).
 
     ``etrecord`` names a file to write the compile's ETRecord to, for ExecuTorch's
-    ``Inspector`` (``docs/debugging.md``); the device program is the same without it."""
-    request = parse_precision(precision)
-    if isinstance(request, AutoPrecision) and etrecord is not None:
-        raise ConfigError("etrecord= is not available with precision='auto': compile with "
-                          "the precision the search chose (report.precision) to record it")
-    if isinstance(request, AutoPrecision):
-        from .flow.auto_precision import search
+    ``Inspector`` (``docs/debugging.md``); the device program is the same without it.
 
-        return search(request, model, example_inputs, target=target, calibration=calibration,
-                      npu_compiler=npu_compiler,
-                      operators_not_to_delegate=operators_not_to_delegate,
-                      progress=progress, train_fn=train_fn, io=io, deployable=deployable,
-                      strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile,
-                      memory=memory)
-    with stage("compiling the model"):  # any failure the stages below do not name
-        return _compile(model, example_inputs, target, calibration, npu_compiler,
-                        operators_not_to_delegate, progress, train_fn, io, deployable, strict,
-                        accuracy_samples, request, memory=memory, etrecord=etrecord)
+    ``progress=True`` shows each stage on stderr as it starts, with the seconds elapsed
+    (``mcu_npu.progress``; a calibration bar on a terminal); None (the default) shows them
+    when stderr is a terminal, False never."""
+    with reporting(progress):  # stage lines while it runs (``mcu_npu.progress``)
+        with stage("reading the model", show=False):
+            model, example_inputs = exported_model(model, example_inputs)
+        request = parse_precision(precision)
+        if isinstance(request, AutoPrecision) and etrecord is not None:
+            raise ConfigError("etrecord= is not available with precision='auto': compile with "
+                              "the precision the search chose (report.precision) to record it")
+        if isinstance(request, AutoPrecision):
+            from .flow.auto_precision import search
+
+            return search(request, model, example_inputs, target=target, calibration=calibration,
+                          npu_compiler=npu_compiler,
+                          operators_not_to_delegate=operators_not_to_delegate,
+                          progress=progress, train_fn=train_fn, io=io, deployable=deployable,
+                          strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile,
+                          memory=memory)
+        # any failure the stages below do not name
+        with stage("compiling the model", show=False):
+            return _compile(model, example_inputs, target, calibration, npu_compiler,
+                            operators_not_to_delegate, progress, train_fn, io, deployable, strict,
+                            accuracy_samples, request, memory=memory, etrecord=etrecord)
 
 
 def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
@@ -220,8 +240,10 @@ def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
         from .devtools.etrecord import write_etrecord
 
         example = args[1]
-        write_etrecord(etrecord, *c.edges,
-                       (example,) if isinstance(example, torch.Tensor) else tuple(example))
+        example = (example,) if isinstance(example, torch.Tensor) else tuple(example)
+        with torch.no_grad():
+            expected = c.float_model(*example)
+        write_etrecord(etrecord, *c.edges, example, expected)
     return CompiledProgram(c.buffer, c.report, c.reference, _program=LoadedProgram(c.program),
                            float_model=c.float_model, host_data=c.host_data, _plan=c.plan)
 
@@ -242,7 +264,8 @@ class LoadedProgram:
 
     def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
             debug_buffer: str | os.PathLike | None = None,
-            runtime: str = "host") -> list[torch.Tensor]:
+            runtime: str = "host", bundled_input_index: int | None = None) \
+            -> list[torch.Tensor]:
         """See ``CompiledProgram.run`` (the ETDump's times come from the companion's
         report)."""
         from .runtime.executorch import run_with
@@ -250,7 +273,8 @@ class LoadedProgram:
         try:
             if etdump is not None or debug_buffer is not None:
                 _records_the_host(runtime)
-                return _record(self._program, inputs, self.report, etdump, debug_buffer)
+                return _record(self._program, inputs, self.report, etdump, debug_buffer,
+                               bundled_input_index)
             return run_with(runtime, self._program, inputs)
         except HostDataMissingError:
             if self._companion_name is None:
@@ -307,14 +331,16 @@ def _records_the_host(runtime: str) -> None:
                           f"{runtime!r}: leave runtime at 'host'")
 
 
-def _record(program, inputs, report, etdump, debug_buffer) -> list[torch.Tensor]:
+def _record(program, inputs, report, etdump, debug_buffer,
+            bundled_input_index=None) -> list[torch.Tensor]:
     """Run ``program`` writing an ETDump (``devtools.etdump.record_run``)."""
     if etdump is None:
         raise ConfigError("debug_buffer= holds the intermediate outputs of an ETDump: give "
                           "etdump= too")
     from .devtools.etdump import record_run
 
-    return record_run(program, inputs, report, etdump, debug_buffer)
+    return record_run(program, inputs, report, etdump, debug_buffer,
+                      bundled_input_index=bundled_input_index)
 
 
 def check_bundled(path_or_bytes, companion=None):

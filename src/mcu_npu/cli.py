@@ -7,6 +7,7 @@ file. Set MCU_NPU_DEBUG=1 to see tracebacks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import logging
 import os
@@ -14,40 +15,53 @@ import sys
 import warnings
 from pathlib import Path
 
+from .version import __version__
+
 EXIT_ERROR = 2
+DEFAULT_TARGET = "imxrt700"
+"""``compile``'s target when ``--target`` is not given (``mcu_npu.compile``'s default)."""
+NPU_COMPILERS = {
+    "auto": "the target's vendor compiler when it is installed, else reference",
+    "reference": "mcu-npu's own: payloads the host runs, no device runtime",
+    "neutron": "NXP's eIQ Neutron converter, for imxrt700 (needs NXP's eIQ Neutron SDK)",
+    "vela": "Arm's Vela, for the Corstone and Ethos-U targets",
+}
+"""What ``--npu-compiler`` takes (``mcu_npu.npu.COMPILER_NAMES``), with what each is."""
 
 
 def _quiet() -> None:
-    """Keep library chatter (deprecation notices, optional-kernel loading) off the terminal."""
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    import torch
+    """What reaches the terminal: mcu-npu's warnings as one line each, as they happen (so the
+    ones about the arguments come before the work); the third-party notices nobody can act
+    on are dropped where they are logged (``upstream.noise``, installed by ``import
+    mcu_npu``)."""
+    warnings.showwarning = _show_warning
 
-    torch._logging.set_logs(all=logging.ERROR)
-    for name in ("torch", "torchao", "executorch"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    logging.getLogger().setLevel(logging.ERROR)
-    # fake-tensor propagation logs the traceback of an op it cannot run before raising; the
-    # raised error reaches the user as one line, the log would add the traceback
-    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """mcu-npu's own warnings as ``mcu-npu: warning: ...``; others as Python shows them."""
+    if "mcu_npu" in (filename or "") and issubclass(category, UserWarning):
+        print(f"mcu-npu: warning: {message}", file=file or sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_SHOW_WARNING = warnings.showwarning
 
 
 def load_model_spec(spec: str):
     """``file.py:factory`` -> factory(); ``file.pt2`` -> (module, example inputs)."""
     import torch
 
-    from .errors import ConfigError, UnsupportedModelError
+    from .errors import ConfigError
 
     if spec.endswith(".pt2"):
-        if not Path(spec).is_file():
-            raise ConfigError(f"model file {spec!r} not found")
-        try:
-            ep = torch.export.load(spec)
-        except Exception as exc:
-            raise UnsupportedModelError(f"cannot read {spec!r} as a torch.export program: "
-                                        f"{_first_line(exc)}") from exc
-        args, _ = ep.example_inputs
-        return ep.module(check_guards=False), tuple(args), None
+        from .flow.export import exported_model
+
+        model, inputs = exported_model(spec, None)
+        if inputs is None:
+            raise ConfigError(f"{spec!r} holds no example inputs: save it with "
+                              f"torch.export.save(torch.export.export(model, inputs), ...)")
+        return model, inputs, None
     path, sep, factory = spec.rpartition(":")
     if not sep or not path.endswith(".py") or not factory:
         raise ConfigError(f"MODEL must be FILE.py:FACTORY or FILE.pt2, got {spec!r}")
@@ -127,38 +141,49 @@ def precision_arg(args):
 
 
 def cmd_compile(args) -> int:
+    from .errors import ConfigError
+    from .progress import Progress
     from .report import check_io
 
     check_io(args.io)  # before the compiler and the model load (a factory may train)
-    from .flow.inputs import check_memory
-    from .targets import get_target
-
-    check_memory(args.memory, get_target(args.target))
-    precision = precision_arg(args)
-    from . import api
-    from .errors import ConfigError
-
-    model, inputs, calibration = load_model_spec(args.model)
-    if args.calibration:
-        calibration = load_calibration(args.calibration, inputs)
-    accuracy = load_calibration(args.accuracy_samples, inputs) if args.accuracy_samples \
-        else None
-    bundled = load_calibration(args.bundled, inputs, "bundled inputs") if args.bundled \
-        else None
     if args.c_header_bundled and not (args.bundled and args.c_header):
         raise ConfigError("--c-header-bundled puts the bundled program in the C header: give "
                           "--bundled INPUTS.npz and --c-header FILE too")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UserWarning)
+    defaulted = args.target is None
+    args.target = DEFAULT_TARGET if defaulted else args.target
+    with contextlib.nullcontext() if args.quiet else Progress().active() as progress:
+        if defaulted:
+            _stage(progress, f"target {DEFAULT_TARGET}, the default (--target T for another; "
+                             f"`mcu-npu targets` lists them)")
+        _stage(progress, "loading PyTorch and ExecuTorch")
+        import torch
+
+        # torch's own warning logs: an error reaches the user as one line
+        torch._logging.set_logs(all=logging.ERROR)
+        # fake-tensor propagation logs (as an error) the traceback of an op it cannot run
+        # before raising; the raised error is the one line, the log would add the traceback
+        logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
+        from . import api
+        from .flow.inputs import check_memory
+        from .targets import get_target
+
+        check_memory(args.memory, get_target(args.target))
+        precision = precision_arg(args)
+        _stage(progress, "loading the model")
+        model, inputs, calibration = load_model_spec(args.model)
+        if args.calibration:
+            calibration = load_calibration(args.calibration, inputs)
+        accuracy = load_calibration(args.accuracy_samples, inputs) if args.accuracy_samples \
+            else None
+        bundled = load_calibration(args.bundled, inputs, "bundled inputs") if args.bundled \
+            else None
         prog = api.compile(model, inputs, target=args.target, calibration=calibration,
                            npu_compiler=args.npu_compiler,
-                           operators_not_to_delegate=args.exclude or (), progress=None,
-                           io=args.io, deployable=args.require_deployable,
-                           strict=args.strict, accuracy_samples=accuracy,
-                           precision=precision, memory=args.memory, etrecord=args.etrecord)
-    for w in caught:
-        if issubclass(w.category, UserWarning) and "mcu_npu" in (w.filename or ""):
-            print(f"mcu-npu: warning: {w.message}", file=sys.stderr)
+                           operators_not_to_delegate=args.exclude or (),
+                           progress=not args.quiet, io=args.io,
+                           deployable=args.require_deployable, strict=args.strict,
+                           accuracy_samples=accuracy, precision=precision,
+                           memory=args.memory, etrecord=args.etrecord)
     from .firmware.companion import companion_path
 
     prog.save(args.output)
@@ -188,6 +213,11 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _stage(progress, name: str) -> None:
+    if progress is not None:
+        progress.begin(name)
+
+
 def cmd_run(args) -> int:
     import numpy as np
     import torch
@@ -206,7 +236,8 @@ def cmd_run(args) -> int:
             raise ConfigError(f"cannot read input {path!r}: {_first_line(exc)}") from exc
     outputs = [o.numpy() for o in prog.run(*inputs, etdump=args.etdump,
                                            debug_buffer=args.debug_buffer,
-                                           runtime=args.runtime)]
+                                           runtime=args.runtime,
+                                           bundled_input_index=args.bundled_input_index)]
     for i, o in enumerate(outputs):
         flat = o.reshape(-1)
         preview = np.array2string(flat[:8], precision=4, separator=", ")
@@ -242,11 +273,16 @@ def _save_outputs(path: str, outputs) -> None:
 
 
 def cmd_report(args) -> int:
-    from . import api
     from .errors import InvalidProgramError
+    from .firmware.companion import saved_report
 
-    loaded = api.load(args.program, companion=args.companion)
-    report = loaded.report
+    loaded = None
+    report = None if args.export_partitions else saved_report(args.program, args.companion)
+    if report is None:  # the report without torch when it can; the program when it must
+        from . import api
+
+        loaded = api.load(args.program, companion=args.companion)
+        report = loaded.report
     if report is None:
         from .firmware.companion import companion_path
 
@@ -283,6 +319,8 @@ def cmd_check(args) -> int:
     problems = check_program(args.program, args.target, args.companion)
     for p in problems:
         print(f"{args.program}: {p}")
+    if not problems:
+        print(f"{args.program}: no problem found for {args.target}'s board")
     return 1 if problems else 0
 
 
@@ -297,12 +335,21 @@ def cmd_targets(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mcu-npu", description="Compile PyTorch models for NPU "
                                 "microcontrollers (ExecuTorch .pte) and check them on the host.")
+    p.add_argument("--version", action="version", version=f"mcu-npu {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile a model to a .pte")
-    c.add_argument("model", help="FILE.py:FACTORY (returns (model, example_inputs)) or FILE.pt2")
-    c.add_argument("--target", default="imxrt700", help="target preset (see `mcu-npu targets`)")
+    c.add_argument("model", help="FILE.py:FACTORY (returns (model, example_inputs)) or "
+                   "FILE.pt2 (saved by torch.export.save; its example inputs are used)")
+    c.add_argument("--target", metavar="T",
+                   help=f"target preset (see `mcu-npu targets`; default {DEFAULT_TARGET}, "
+                        f"said in the progress lines when it is used)")
     c.add_argument("--calibration", help=".npz with one [N, *shape] array per model input")
-    c.add_argument("--npu-compiler", default="auto", help="auto, reference or neutron")
+    c.add_argument("--npu-compiler", default="auto", choices=tuple(NPU_COMPILERS), metavar="C",
+                   help="the NPU compiler (default auto): " + "; ".join(
+                       f"{name}: {what}" for name, what in NPU_COMPILERS.items()))
+    c.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress lines (by default each stage of the compile is shown on "
+                        "stderr with the seconds elapsed)")
     c.add_argument("--exclude", action="append", metavar="OP",
                    help="keep this op (e.g. aten.convolution) on the CPU; repeatable")
     c.add_argument("--io", default="float", metavar="{float,int8}",
@@ -366,6 +413,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the run's ETDump (for ExecuTorch's Inspector) to FILE")
     r.add_argument("--debug-buffer", metavar="FILE",
                    help="with --etdump: write the intermediate outputs to FILE")
+    r.add_argument("--bundled-input-index", type=int, metavar="K",
+                   help="with --etdump: the inputs are the ETRecord's representative input K "
+                        "(0: the compile's example inputs), so Inspector's compare_results "
+                        "sets the run beside their reference outputs")
     r.add_argument("--runtime", choices=("host", "executorch"), default="host",
                    help="host: mcu-npu's Python runtime (default); executorch: ExecuTorch's "
                         "own C++ runtime, the NPU backends moving data as on the device (built "

@@ -5,6 +5,8 @@ import re
 from contextlib import contextmanager
 from typing import Callable
 
+from .progress import begin as begin_stage
+
 
 class McuNpuError(Exception):
     """Base class of every error mcu-npu raises on purpose."""
@@ -73,7 +75,7 @@ REPORT_HINT = "report it to the mcu-npu maintainers with this message and the mo
 
 @contextmanager
 def stage(name: str, hint: str | Callable[[str], str] = "",
-          error: type[McuNpuError] | None = None):
+          error: type[McuNpuError] | None = None, show: bool = True):
     """Run a step of the compile flow: an ``McuNpuError`` passes unchanged, any other
     exception is raised as ``error`` (``UnsupportedModelError``) naming the stage, the node
     and op being processed when the exception or its traceback shows them, the exception's
@@ -83,7 +85,11 @@ def stage(name: str, hint: str | Callable[[str], str] = "",
 
     ``name`` is a gerund phrase: ``with stage("lowering to the Cortex-M kernels"): ...``
     reads "lowering to the Cortex-M kernels failed at node 'conv1d' (aten.convolution): ..."
+    The active ``progress.Progress``, if any, shows ``name`` as the step starts (unless
+    ``show`` is False: a step that only encloses others).
     """
+    if show:
+        begin_stage(name)
     try:
         yield
     except McuNpuError:

@@ -24,6 +24,12 @@ class NpuKind(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def device_backend(self) -> str:
+        """The id the device runtime registers its backend under: what a ``.pte`` names
+        as its delegates' backend (``backend.delegate``'s ``device_id``)."""
+        return {"neutron": "NeutronBackend", "ethos-u": "EthosUBackend"}[self.value]
+
 
 @dataclass(frozen=True, kw_only=True)
 class NeutronLimits:

@@ -34,8 +34,9 @@ def compute_nodes(record) -> list:
 
 
 def op_events(ins: Inspector) -> list:
-    (block,) = ins.event_blocks
-    return [e for e in block.events if e.name not in ("Method::execute", "DELEGATE_CALL")]
+    (block,) = [b for b in ins.event_blocks if b.name == "Execute"]  # the run, as on a board
+    return [e for e in block.events
+            if e.name not in ("Method::execute", "DELEGATE_CALL", "OPERATOR_CALL")]
 
 
 def test_inspector_lists_every_compute_op_with_a_time(ds_cnn_debug):
@@ -60,10 +61,16 @@ def test_inspector_lists_every_compute_op_with_a_time(ds_cnn_debug):
 def test_inspector_rows_are_the_instructions_and_the_npu_operators(ds_cnn_debug):
     prog = ds_cnn_debug.prog
     df = inspector(ds_cnn_debug).to_dataframe()
+    assert list(df[df["event_block_name"] == "Default"]["event_name"]) == [
+        "Method::init", "Program::load_method"]  # the method load, as the runtime logs it
+    df = df[df["event_block_name"] == "Execute"]
     (plan,) = prog._runtime()._pte.program.execution_plan
     instructions = sum(len(chain.instructions) for chain in plan.chains)
     npu_ops = sum(len(p.tflite_ops) for p in prog.report.partitions)
-    assert len(df) == 1 + instructions + npu_ops
+    kernels = (df["event_name"] == "OPERATOR_CALL").sum()  # around each native_call_
+    assert kernels == df["event_name"].str.startswith("native_call_").sum() > 0
+    assert kernels + (df["event_name"] == "DELEGATE_CALL").sum() == instructions
+    assert len(df) == 1 + instructions + kernels + npu_ops
     delegated = df[df["is_delegated_op"]]
     assert len(delegated) == npu_ops
     assert list(delegated["event_name"]) == [f"#{k}:{op}" for p in prog.report.partitions
@@ -72,14 +79,17 @@ def test_inspector_rows_are_the_instructions_and_the_npu_operators(ds_cnn_debug)
 
 def test_times_are_the_latency_model_and_say_so(ds_cnn_debug):
     dump = deserialize_from_etdump_flatcc(ds_cnn_debug.etdump.read_bytes())
-    (run,) = dump.run_data
+    assert [r.name for r in dump.run_data] == ["Default", "Execute"]
+    run = dump.run_data[1]
     profile = [e.profile_event for e in run.events if e.profile_event is not None]
-    total = next(p for p in profile if p.name == "Method::execute")
+    assert profile[-1].name == "Method::execute"  # logged when it ends, as by the runtime
+    total = profile[-1]
     latency_us = ds_cnn_debug.prog.report.latency["latency_us"]
     assert abs(total.end_time - latency_us * 1000) <= len(profile)  # ns, rounded per row
-    for p in profile:
-        if p.name != "Method::execute":
-            assert b"estimate, not a measurement" in bytes(p.delegate_debug_metadata)
+    delegated = [p for p in profile if p.delegate_debug_id_str]
+    assert delegated and all(p.name is None for p in delegated)  # a delegate's events
+    for p in delegated:  # the runtime writes metadata on a delegate's events only
+        assert b"estimate, not a measurement" in bytes(p.delegate_debug_metadata)
 
 
 def test_calculate_numeric_gap_compares_every_npu_operator(ds_cnn_debug):

@@ -1,24 +1,29 @@
 """An ETDump of a host run, in ExecuTorch's format, for its ``Inspector``.
 
 The host runtime (``runtime.pte``) calls an observer after every instruction; ``Recorder``
-turns each into the events the device runtime's event tracer logs:
+turns each into the events ExecuTorch's runtime logs (``runtime/executor/method.cpp``,
+``program.cpp``, the generated kernel wrappers, ``devtools/etdump/etdump_flatcc.cpp``), in
+the order it logs them (an event is written when it ends):
 
-- one profile event per executed instruction, named as the device runtime names it
-  (``native_call_<op>.<overload>`` for a kernel, ``DELEGATE_CALL`` for a delegate), keyed
-  by chain and instruction id, and around them one ``Method::execute``;
-- per NPU delegate call, one profile event per operator of the partition's TFLite graph,
-  keyed by the identifiers of the delegate's debug-handle map (``npu_ops``), inside the
-  delegate call's span;
-- with a debug buffer, one debug event per instruction with its output tensor and per NPU
+- a block "Default" with the method load: ``Method::init`` inside ``Program::load_method``;
+- a block "Execute" with the run: per kernel instruction ``native_call_<op>.<overload>``
+  inside ``OPERATOR_CALL``; per delegate instruction one profile event per operator of the
+  partition's TFLite graph, keyed (no name, as a delegate logs them) by the identifiers of
+  the delegate's debug-handle map (``npu_ops``), inside ``DELEGATE_CALL``; all keyed by
+  chain and instruction id; ``Method::execute`` around them all;
+- with a debug buffer, one debug event per kernel with its output tensor and per NPU
   operator whose output is an Edge node's value with that output, dequantized to float
-  and, for a 4-D tensor, turned from the NPU's NHWC back to PyTorch's NCHW: what
-  ``calculate_numeric_gap`` compares with the ETRecord's reference.
+  and, for a 4-D tensor, turned from the NPU's NHWC back to PyTorch's NCHW (what
+  ``calculate_numeric_gap`` compares with the ETRecord's reference), and the program's
+  outputs after ``Method::execute``.
 
 Times are not measured: they are the compile's latency model (``report.latency``), in
 nanoseconds. A CPU instruction gets its kernel's row, a delegate call its NPU row plus the
 device runtime's copies around it; the NPU row is split over the partition's operators in
 proportion to each operator's bound (the larger of its MACs at the NPU's MACs per cycle and
-its bytes at the NPU's bandwidth). Every profile event's metadata says so.
+its bytes at the NPU's bandwidth). The NPU operators' events say so in their delegate
+metadata (the runtime writes metadata on delegate events only); the method load takes no
+time.
 """
 
 from __future__ import annotations
@@ -36,13 +41,20 @@ from ..errors import McuNpuError
 from ..firmware.files import write_atomic
 from ..device.npu_ops import NpuOp, computes_edge_value, npu_ops
 
-RUN_NAME = "forward"
+RUN_NAME = "Execute"
+"""The event block of a run (``Method::execute``)."""
+LOAD_NAME = "Default"
+"""The event block of the method load (``Program::load_method``)."""
+_UNSET_CHAIN, _UNSET_HANDLE = -1, 0  # the runtime's kUnsetChainId, kUnsetDebugHandle
 _ALIGN = 64  # the device runtime's debug buffer alignment
 
 
 @dataclass
 class _Event:
-    name: str
+    """A profile event (``name``, or ``delegate_id`` for a delegate's own event, which has
+    no name) and, with ``value``, a debug event logged before it ends."""
+
+    name: str | None
     chain: int
     instruction: int
     start: int
@@ -155,10 +167,11 @@ class Recorder:
         name = f"native_call_{op.name.split('::')[-1]}" + (f".{op.overload}" if op.overload
                                                            else "")
         value = method.frame.read(call.args[-1]) if self.intermediates and call.args else None
-        self._add(_Event(name, chain, pc, self.clock, self.clock + ns,
-                         metadata=self.estimate + basis,
+        end = self.clock + ns
+        self._add(_Event(name, chain, pc, self.clock, end,
                          value=value.clone() if isinstance(value, torch.Tensor) else None))
-        self.clock += ns
+        self._add(_Event("OPERATOR_CALL", chain, pc, self.clock, end))
+        self.clock = end
 
     def _delegate(self, method, chain: int, pc: int, call) -> None:
         from ..runtime.npu_emulator import npu_graph
@@ -167,8 +180,6 @@ class Recorder:
         processed = bytes(method._program.backend_delegate_data[delegate.processed.index].data)
         ins, npu, outs, basis = self.timing.delegate()
         start = self.clock
-        self._add(_Event("DELEGATE_CALL", chain, pc, start, start + ins + npu + outs,
-                         metadata=self.estimate + basis + "; with the runtime's copies"))
         tensors = {}
         if self.npu_calls and len(self.npu_calls) > self._seen_calls:
             tensors = self.npu_calls[self._seen_calls]
@@ -177,13 +188,13 @@ class Recorder:
         clock = start + ins
         for op, ns in zip(ops, self.timing.split(ops, npu)):
             value = _dequantized(tensors.get(op.outputs[0])) if computes_edge_value(op) else None
-            self._add(_Event(op.identifier, chain, pc, clock, clock + ns,
-                             delegate_id=op.identifier,
+            self._add(_Event(None, chain, pc, clock, clock + ns, delegate_id=op.identifier,
                              metadata=self.estimate + basis + "; split over the operators "
                                       "by their bounds",
                              value=value if self.intermediates else None))
             clock += ns
         self.clock = start + ins + npu + outs
+        self._add(_Event("DELEGATE_CALL", chain, pc, start, self.clock))
 
     def _add(self, event: _Event) -> None:
         self.events.append(event)
@@ -202,25 +213,37 @@ def _dequantized(value) -> torch.Tensor | None:
     return tensor.contiguous()
 
 
-def etdump_bytes(events: list[_Event], total: int, run_outputs=()) -> tuple[bytes, bytes]:
-    """(ETDump bytes, debug buffer bytes) of one run's ``events``."""
+def etdump_bytes(events: list[_Event], total: int, run_outputs=(),
+                 bundled_input_index: int | None = None) -> tuple[bytes, bytes]:
+    """(ETDump bytes, debug buffer bytes) of one run's ``events`` (in the order the runtime
+    ends them), laid out as ExecuTorch's runtime writes them (module docstring); the run's
+    block carries ``bundled_input_index`` when given."""
     from executorch.devtools.etdump import schema_flatcc as fc
 
+    def profile(name, chain, instruction, start, end, delegate_id="", metadata=None):
+        return fc.Event(fc.ProfileEvent(name, chain, instruction, -1, delegate_id or None,
+                                        metadata, start, end), None, None)
+
     buffer = bytearray()
-    out = [fc.Event(fc.ProfileEvent("Method::execute", 0, -1, -1, "", None, 0, total),
-                    None, None)]
+    load = [profile("Method::init", _UNSET_CHAIN, _UNSET_HANDLE, 0, 0),
+            profile("Program::load_method", _UNSET_CHAIN, _UNSET_HANDLE, 0, 0)]
+    run = []
     for e in events:
-        meta = list(e.metadata.encode()) if e.metadata else None
-        out.append(fc.Event(fc.ProfileEvent(e.name, e.chain, e.instruction, -1, e.delegate_id,
-                                            meta, e.start, e.end), None, None))
         if e.value is not None:
-            out.append(fc.Event(None, None, fc.DebugEvent(
-                e.name, e.chain, e.instruction, -1, e.delegate_id,
+            run.append(fc.Event(None, None, fc.DebugEvent(
+                None, e.chain, e.instruction, -1, e.delegate_id or None,
                 _tensor_value(e.value, buffer, False))))
+        meta = list(e.metadata.encode()) if e.delegate_id else None
+        run.append(profile(e.name, e.chain, e.instruction, e.start, e.end, e.delegate_id,
+                           meta))
+    run.append(profile("Method::execute", _UNSET_CHAIN, _UNSET_HANDLE, 0, total))
     for value in run_outputs:
-        out.append(fc.Event(None, None, fc.DebugEvent(
-            "", 0, -1, -1, "", _tensor_value(value, buffer, True))))
-    dump = fc.ETDumpFlatCC(0, [fc.RunData(RUN_NAME, -1, None, out)])
+        run.append(fc.Event(None, None, fc.DebugEvent(
+            None, _UNSET_CHAIN % 2**64, _UNSET_HANDLE, -1, None,  # chain_index is a ulong
+            _tensor_value(value, buffer, True))))
+    dump = fc.ETDumpFlatCC(0, [fc.RunData(LOAD_NAME, -1, None, load),
+                               fc.RunData(RUN_NAME, -1 if bundled_input_index is None
+                                          else int(bundled_input_index), None, run)])
     return _size_prefixed_flatbuffer(dump), bytes(buffer)
 
 
@@ -261,9 +284,11 @@ def _size_prefixed_flatbuffer(dump) -> bytes:
 
 
 def record_run(program, inputs, report, etdump: str | os.PathLike,
-               debug_buffer: str | os.PathLike | None = None, method: str = "forward"):
+               debug_buffer: str | os.PathLike | None = None, method: str = "forward",
+               bundled_input_index: int | None = None):
     """Run ``program`` (a ``runtime.Program``) on ``inputs`` and write the run's ETDump to
-    ``etdump`` and, given ``debug_buffer``, the output tensors to it; returns the outputs."""
+    ``etdump`` and, given ``debug_buffer``, the output tensors to it; returns the outputs.
+    ``bundled_input_index``: the representative input of the ETRecord ``inputs`` are."""
     from ..runtime.npu_emulator import recording_tensors
 
     recorder = Recorder(report, program.named_data, debug_buffer is not None)
@@ -272,7 +297,8 @@ def record_run(program, inputs, report, etdump: str | os.PathLike,
         recorder.npu_calls = calls
         outputs = program.run(*inputs, method=method, observer=recorder)
     dump, buffer = etdump_bytes(recorder.events, recorder.clock,
-                                outputs if debug_buffer is not None else ())
+                                outputs if debug_buffer is not None else (),
+                                bundled_input_index)
     if debug_buffer is not None:
         write_atomic(debug_buffer, buffer)
     write_atomic(etdump, dump)

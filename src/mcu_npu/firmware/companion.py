@@ -80,15 +80,12 @@ def stored_report(report) -> bytes:
 
 
 def read_named_data(blob: bytes, what: str) -> dict[str, bytes]:
-    """The named data of an ExecuTorch ``.ptd`` file; InvalidProgramError naming ``what``
-    when the bytes are not one."""
-    from executorch.exir._serialize._cord import Cord
-    from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
+    """The named data of an ExecuTorch ``.ptd`` file (read without torch, ``tables``);
+    InvalidProgramError naming ``what`` when the bytes are not one."""
+    from .tables import named_data
 
     try:
-        payload = FlatTensorSerializer().deserialize(Cord(bytes(blob)))
-        return {key: bytes(payload.buffers[entry.buffer_index])
-                for key, entry in payload.named_data.items()}
+        return named_data(blob)
     except Exception as exc:  # noqa: BLE001  (flatbuffers raise many types on corrupt data)
         raise InvalidProgramError(f"{what} is not an ExecuTorch data file (.ptd): "
                                   f"{type(exc).__name__}: {exc}") from None
@@ -153,3 +150,22 @@ def resolve(source, pte: bytes, given=None) -> tuple[Companion | None, str | Non
     if isinstance(given, (str, os.PathLike)):
         return read(given, pte), f"'{os.fspath(given)}'"
     return unpack(bytes(given), pte), "(given as bytes)"
+
+
+def saved_report(pte_path: str | os.PathLike, given=None):
+    """The report of the program saved at ``pte_path`` as its companion (``given``, or the
+    ``.ptd`` beside it) holds it, with the kernels read from the program, all without torch
+    (``mcu-npu report``); None when there is no companion or it lacks a report or memory
+    figures (``api.load(...).report`` then makes what it can)."""
+    from .kernels_list import fill_report
+
+    path = Path(pte_path)
+    if not path.is_file():
+        return None
+    pte = path.read_bytes()
+    pair, _ = resolve(path, pte, given)
+    if pair is None or pair.report is None or not pair.report.memory:
+        return None
+    if not pair.report.kernels:
+        fill_report(pair.report, pte)
+    return pair.report

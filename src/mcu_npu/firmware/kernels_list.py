@@ -69,9 +69,10 @@ class KernelUse:
 @functools.lru_cache(maxsize=None)
 def library_ops(library: str) -> frozenset[str]:
     """The ``ns::name.overload`` operators a kernel library's ExecuTorch yaml declares."""
-    import executorch
+    import importlib.util
 
-    root = Path(next(iter(executorch.__path__)))
+    # the package's folder, found without importing it (``mcu-npu report`` loads no torch)
+    root = Path(next(iter(importlib.util.find_spec("executorch").submodule_search_locations)))
     ops = set()
     for rel in _YAMLS[library]:
         path = root / rel
@@ -100,13 +101,10 @@ def library_of(op: str) -> str:
 
 def target_libraries(target) -> tuple[set[str], set[str]]:
     """(kernel libraries, delegate backend ids) a target's firmware can link."""
-    from ..backend.delegate import backend_for
-    from ..backend.cortex_m import cortex_m_core
-
     libraries = {PORTABLE, QUANTIZED, PRIM}
-    if cortex_m_core(target) is not None:
+    if target.cpu is not None and target.cpu.int8_kernels:  # backend.cortex_m.cortex_m_core
         libraries.add(CORTEX_M)
-    return libraries, {backend_for(target.npu.kind).device_id}
+    return libraries, {target.npu.kind.device_backend}
 
 
 def available(op: str, library: str, libraries: set[str]) -> bool:
@@ -128,10 +126,13 @@ def program_operators(program) -> tuple[list[str], list[str]]:
 
 
 def kernel_list(program, target) -> list[KernelUse]:
-    """Every operator and delegate ``program`` calls, with its library and whether
-    ``target`` provides it."""
+    """Every operator and delegate ``program`` (a ``runtime.pte.Program``, or the ``.pte``
+    bytes, read without torch) calls, with its library and whether ``target`` provides it."""
+    from .tables import operators_and_delegates
+
     libraries, backends = target_libraries(target)
-    ops, delegates = program_operators(program)
+    ops, delegates = operators_and_delegates(program) \
+        if isinstance(program, (bytes, bytearray, memoryview)) else program_operators(program)
     uses = []
     for op in ops:
         lib = library_of(op)
@@ -221,11 +222,8 @@ def fill_report(report, program, target=None, edge=None, names: dict | None = No
     ``edge``, the Edge program it was serialized from, names the nodes behind a problem
     (``names``: ATen node id -> the report's node name)."""
     from ..errors import ConfigError
-    from ..runtime.pte import Program
     from ..targets import get_target
 
-    if isinstance(program, (bytes, bytearray, memoryview)):
-        program = Program(bytes(program))
     if target is None:
         try:
             target = get_target(report.target)

@@ -153,7 +153,7 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
     def compile_one(request: PrecisionRequest, layer_samples):
         nonlocal compiled
         compiled += 1
-        with stage("compiling the model"):
+        with stage("compiling the model", show=False):
             prog = compile_fn(model, inputs, target, calibration, npu_compiler,
                               operators_not_to_delegate, progress if compiled == 1 else False,
                               train_fn, io, deployable, strict, layer_samples, request,

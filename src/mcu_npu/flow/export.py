@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import warnings
+from pathlib import Path
 
 import torch
 from torch.fx import GraphModule
 
-from ..errors import UnsupportedModelError, stage
+from ..errors import ConfigError, UnsupportedModelError, stage
 
 EXPORT_HINT = ("make the model capturable by torch.export (no data-dependent control flow, "
                "see torch.export's message), or report it")
@@ -27,7 +30,7 @@ def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
     giving up. The graph's ``meta[CAPTURED_BY]`` says which one captured the model."""
     example_inputs = tuple(x.contiguous() if isinstance(x, torch.Tensor) else x
                            for x in example_inputs)  # odd strides would read as channels-last
-    model = model.eval()
+    model = in_eval_mode(model)
     try:
         ep = _export(model, example_inputs, strict=False)
         captured = "non-strict torch.export"
@@ -132,3 +135,50 @@ def data_dependent(exc: BaseException) -> bool:
 def _first(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def in_eval_mode(model):
+    """``model`` in eval mode. A module ``torch.export`` made (``ExportedProgram.module()``,
+    a loaded ``.pt2``) refuses ``eval()``: it runs as it was captured, and is returned as
+    it is."""
+    if not isinstance(model, torch.nn.Module):
+        return model
+    try:
+        return model.eval()
+    except NotImplementedError:  # torch.export's unlifted module: "Calling eval() is not
+        return model             # supported yet"
+
+
+def exported_model(model, example_inputs) -> tuple:
+    """(module, example inputs) of ``compile``'s ``model``: an ``ExportedProgram`` or the
+    path of a ``.pt2`` file (``torch.export.save``) becomes its module, its own example
+    inputs used when ``example_inputs`` is None; anything else is returned as it is."""
+    if isinstance(model, (str, os.PathLike)):
+        model = load_pt2(model)
+    if isinstance(model, torch.export.ExportedProgram):
+        if example_inputs is None:
+            example_inputs = tuple(model.example_inputs[0]) if model.example_inputs else None
+        model = model.module(check_guards=False)
+    return model, example_inputs
+
+
+def load_pt2(path) -> torch.export.ExportedProgram:
+    """The program of a ``.pt2`` file; ConfigError when there is none, UnsupportedModelError
+    when it is no torch.export program."""
+    path = os.fspath(path)
+    if not path.endswith(".pt2"):
+        raise ConfigError(f"a model given as a path must be a torch.export .pt2 file, got "
+                          f"{path!r}")
+    if not Path(path).is_file():
+        raise ConfigError(f"model file {path!r} not found")
+    log = logging.getLogger("torch.export")  # logs the traceback of what it raises next
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        return torch.export.load(path)
+    except Exception as exc:  # torch raises many types on a foreign or corrupt file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnsupportedModelError(f"cannot read {path!r} as a torch.export program: "
+                                    f"{first}") from exc
+    finally:
+        log.setLevel(level)

@@ -3,10 +3,8 @@ form the stages take."""
 
 from __future__ import annotations
 
-import sys
 import warnings
 from dataclasses import dataclass
-from typing import Iterable
 
 import torch
 
@@ -110,16 +108,3 @@ def _as_tensor(value, what: str) -> torch.Tensor:
         return torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"{what} is not a tensor or an array: {type(value).__name__}") from exc
-
-
-def progress(samples: list, show: bool | None) -> Iterable[tuple]:
-    """``samples``, counted on stderr as they are used when ``show`` (None: when there are
-    16 or more and stderr is a terminal)."""
-    show = len(samples) >= 16 and sys.stderr.isatty() if show is None else show
-    for i, s in enumerate(samples, 1):
-        if show:
-            sys.stderr.write(f"\rcalibrating {i}/{len(samples)}")
-            sys.stderr.flush()
-        yield s
-    if show:
-        sys.stderr.write("\n")

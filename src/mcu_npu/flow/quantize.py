@@ -18,7 +18,7 @@ from ..quantization import NeutronQuantizer, quantize, quantize_qat
 from ..quantization.composed import PlanMismatch, TargetQuantizer
 from ..quantization.precision import PrecisionChoice, PrecisionRequest, resolve
 from .edge import TO_EDGE, to_edge_program
-from .inputs import Arguments, progress
+from .inputs import Arguments
 from .place import PLACING, exclude_hint, place, plan, trial
 
 QUANTIZE_HINT = "change how the model uses {op}, or report it"
@@ -40,9 +40,9 @@ class Quantized:
 
 def quantize_model(graph: GraphModule, args: Arguments, precision: PrecisionRequest,
                    train_fn: Callable[[GraphModule], None] | None,
-                   show_progress: bool | None, known: Plan | None = None) -> Quantized:
+                   known: Plan | None = None) -> Quantized:
     """The stage: ``ptq``, or ``qat`` when there is a ``train_fn``."""
-    samples = progress(args.samples, show_progress)
+    samples = args.samples
     if train_fn is None:
         return ptq(graph, args.example_inputs, samples, args.target, args.options, precision,
                    known)

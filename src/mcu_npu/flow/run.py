@@ -16,7 +16,7 @@ from ..partition.plan import Plan
 from ..quantization.precision import PrecisionRequest
 from ..report import Report
 from .check import check_program
-from .export import CAPTURED_BY, export
+from .export import CAPTURED_BY, export, in_eval_mode
 from .inputs import check_arguments
 from .lower import plan_edge
 from .memory import place
@@ -59,12 +59,12 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
                            memory)
-    float_model = model.eval() if isinstance(model, torch.nn.Module) else model
+    float_model = in_eval_mode(model)
     exported = export(float_model, args.example_inputs)
     captured = exported.meta.get(CAPTURED_BY, "")
     graph = rewrite(exported, args.target)
     names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
-    quantized = quantize_model(graph, args, precision, train_fn, progress, plan)
+    quantized = quantize_model(graph, args, precision, train_fn, plan)
     restore_module_meta(quantized.edge.exported_program().graph_module, names)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
     before = copy.deepcopy(quantized.edge) if keep_edges else None

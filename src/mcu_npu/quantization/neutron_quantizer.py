@@ -8,6 +8,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
+from ..progress import counted
 from ..upstream.patches import conv_bn_rewrites_where_they_match
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
@@ -133,7 +134,7 @@ def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> None:
     try:
         with torch.no_grad():
             begin_float64_calibration(prepared)
-            for sample in samples:
+            for sample in counted(samples, "calibrating"):
                 prepared(*sample)
     except (RuntimeError, TypeError, AssertionError):
         end_float64_calibration(prepared)
