@@ -39,9 +39,11 @@ def test_random_network_compiles_loads_and_runs_within_contract(spec):
 
 
 # Minimal specs of failure classes benchmarks/fuzz.py found, each fixed since: they stay fixed.
+# the adaptive max pool (5x5 -> 3x4: no 2-D pool computes it) stays on the CPU between
+# two NPU partitions, so a channels-last value crosses a delegate boundary
 STALE_STRIDES = {
     "input": ("image", 1, 7, 5, 5),
-    "blocks": [("channels_linear", {"out": 8}), ("adaptive_pool", {"out": 4, "max": True}),
+    "blocks": [("channels_linear", {"out": 8}), ("adaptive_pool", {"out": 2, "max": True}),
                ("channels_linear", {"out": 2})],
     "seed": 1, "calibration": 3}
 
