@@ -24,8 +24,9 @@ def for_annotation(graph: GraphModule, target) -> GraphModule:
 
 def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: autocast regions that
-    change nothing on a CPU in float32 become the ops they hold; convolutions and pooling
-    on unbatched inputs get a batch of one; a SiLU becomes sigmoid and multiply, quantized
+    change nothing on a CPU in float32 become the ops they hold; convolutions padded by
+    mode ("same") get explicit padding; convolutions and pooling on unbatched inputs get a
+    batch of one; a SiLU becomes sigmoid and multiply, quantized
     where the device rounds them; a linear layer with a run-time weight becomes a
     matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
     steps whose output is never read are not computed, a zero initial state costs no
@@ -46,10 +47,11 @@ def default_aten_passes(target) -> list:
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind, FoldConstants,
                               FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
-                              LinearOfActivations, StackByConcat)
+                              LinearOfActivations, MakeConvPaddingExplicit,
+                              StackByConcat)
 
-    return [InlineDisabledAutocast(), AddBatchDimension(), LinearOfActivations(),
-            DecomposeSiLU(),
+    return [InlineDisabledAutocast(), MakeConvPaddingExplicit(), AddBatchDimension(),
+            LinearOfActivations(), DecomposeSiLU(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
             StackByConcat(),

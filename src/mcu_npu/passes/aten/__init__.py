@@ -23,6 +23,7 @@ from mcu_npu.passes.aten.fold_linear_of_zeros import FoldLinearOfZeros
 from mcu_npu.passes.aten.fold_select_of_cat import FoldSelectOfCat
 from mcu_npu.passes.aten.inline_disabled_autocast import InlineDisabledAutocast
 from mcu_npu.passes.aten.linear_of_activations import LinearOfActivations
+from mcu_npu.passes.aten.make_conv_padding_explicit import MakeConvPaddingExplicit
 from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
@@ -34,5 +35,5 @@ __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertDivToMul"
            "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
            "DecomposeUnbind",
            "FoldConstants", "FoldLinearOfZeros", "FoldSelectOfCat", "InlineDisabledAutocast",
-           "LinearOfActivations",
+           "LinearOfActivations", "MakeConvPaddingExplicit",
            "ProjSizeNotSupportedError", "SplitGRUByLayers", "StackByConcat", "decompose_on_cpu"]
