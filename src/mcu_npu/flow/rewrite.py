@@ -26,23 +26,26 @@ def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: autocast regions that
     change nothing on a CPU in float32 become the ops they hold; convolutions padded by
     mode ("same") get explicit padding; convolutions and pooling on unbatched inputs get a
-    batch of one; a SiLU becomes sigmoid and multiply, quantized
-    where the device rounds them; a linear layer with a run-time weight becomes a
-    matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
+    batch of one; a SiLU becomes sigmoid and multiply, quantized where the device rounds
+    them, and a log_softmax the log of a softmax; a linear layer with a run-time weight
+    becomes a matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
     steps whose output is never read are not computed, a zero initial state costs no
     recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
     from constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight), so convolutions get plain weights, and a division
-    by a constant is a multiplication by its reciprocal; unbinds become
+    by a constant is a multiplication by its reciprocal; an index by constant indices becomes
+    slices and a concatenation, and a repeat a concatenation of copies; unbinds become
     selects; attention, batched matmuls and layer, group and instance normalization become
     the bmm, softmax, mean and elementwise ops NPUs run, each quantized on its own, and a
     reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
     that no convolution or linear layer absorbs becomes a depthwise convolution, and a
     resize of a small map that the NPU cannot resize a linear layer over its positions."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
-    from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise, ConvertDivToMul,
-                              ConvertResizeToLinear,
-                              DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
+    from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
+                              ConvertConstantIndexToSlices, ConvertDivToMul,
+                              ConvertRepeatToCat, ConvertResizeToLinear,
+                              DecomposeGroupNorm, DecomposeLayerNorm, DecomposeLogSoftmax,
+                              DecomposeMatmul,
                               DecomposeReshape,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind, FoldConstants,
@@ -51,10 +54,10 @@ def default_aten_passes(target) -> list:
                               StackByConcat)
 
     return [InlineDisabledAutocast(), MakeConvPaddingExplicit(), AddBatchDimension(),
-            LinearOfActivations(), DecomposeSiLU(),
+            LinearOfActivations(), DecomposeSiLU(), DecomposeLogSoftmax(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
-            StackByConcat(),
+            ConvertConstantIndexToSlices(), ConvertRepeatToCat(), StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]

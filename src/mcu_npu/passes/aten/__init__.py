@@ -3,12 +3,15 @@
 from mcu_npu.passes.aten._recurrent import ProjSizeNotSupportedError
 from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
 from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
+from mcu_npu.passes.aten.convert_constant_index_to_slices import ConvertConstantIndexToSlices
 from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
+from mcu_npu.passes.aten.convert_repeat_to_cat import ConvertRepeatToCat
 from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
 from mcu_npu.passes.aten.decompose_group_norm import DecomposeGroupNorm
 from mcu_npu.passes.aten.decompose_gru import DecomposeGRU
 from mcu_npu.passes.aten.decompose_on_cpu import DecomposeOnCpu, decompose_on_cpu
 from mcu_npu.passes.aten.decompose_layer_norm import DecomposeLayerNorm
+from mcu_npu.passes.aten.decompose_log_softmax import DecomposeLogSoftmax
 from mcu_npu.passes.aten.decompose_lstm import DecomposeLSTM
 from mcu_npu.passes.aten.decompose_matmul import DecomposeMatmul
 from mcu_npu.passes.aten.decompose_reshape import DecomposeReshape
@@ -27,10 +30,10 @@ from mcu_npu.passes.aten.make_conv_padding_explicit import MakeConvPaddingExplic
 from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
-__all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertDivToMul",
-           "ConvertResizeToLinear",
+__all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
+           "ConvertDivToMul", "ConvertRepeatToCat", "ConvertResizeToLinear",
            "DecomposeGRU",
-           "DecomposeGroupNorm", "DecomposeLSTM",
+           "DecomposeGroupNorm", "DecomposeLSTM", "DecomposeLogSoftmax",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
            "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
            "DecomposeUnbind",

@@ -1,0 +1,93 @@
+"""The rewrites that put signal models' data movement and heads on the NPU, each exact in
+float: ``ConvertConstantIndexToSlices`` (an index by constant indices -> slices, cat),
+``ConvertRepeatToCat`` (repeat -> cat of copies), ``DecomposeLogSoftmax`` (log of a
+softmax). Through the whole flow: ``tests/e2e/test_signal_models.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mcu_npu.flow.export import export_module
+from mcu_npu.passes.aten import ConvertConstantIndexToSlices, ConvertRepeatToCat, \
+    DecomposeLogSoftmax
+
+aten = torch.ops.aten
+
+
+class Index(nn.Module):
+    def __init__(self, axis, indices):
+        super().__init__()
+        self.axis = axis
+        self.register_buffer("idx", torch.tensor(indices))
+
+    def forward(self, x):
+        return x[(slice(None),) * self.axis + (self.idx,)]
+
+
+class Gather(nn.Module):  # two index tensors: advanced indexing over two axes
+    def forward(self, x):
+        return x[:, torch.tensor([0, 2]), torch.tensor([1, 3])]
+
+
+def calls(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def _rewritten(pass_, module, x):
+    module.eval()
+    result = pass_(export_module(module, (x,)))
+    with torch.no_grad():
+        if result.modified:
+            assert torch.equal(result.graph_module(x), module(x))
+    return result
+
+
+@pytest.mark.parametrize("axis,indices,slices", [
+    (2, list(range(0, 16, 3)), 1),        # decimation: one strided slice
+    (1, [3, 1, 0, 2], 4),                 # a channel order
+    (2, [4, 5, 6, 0, 1, -1], 3),          # runs, and a negative index
+    (1, [2], 1)])
+def test_constant_index_becomes_slices(axis, indices, slices):
+    x = torch.randn(2, 4, 16)
+    result = _rewritten(ConvertConstantIndexToSlices(), Index(axis, indices), x)
+    assert result.modified
+    targets = calls(result.graph_module)
+    assert aten.index.Tensor not in targets
+    assert targets.count(aten.slice.Tensor) == slices
+    assert targets.count(aten.cat.default) == (slices > 1)
+
+
+def test_index_by_two_tensors_stays():
+    assert not _rewritten(ConvertConstantIndexToSlices(), Gather(), torch.randn(1, 4, 5)).modified
+
+
+@pytest.mark.parametrize("repeats,shape,cats", [
+    ((1, 3, 1), (2, 4, 5), 1), ((2, 1, 2), (2, 4, 5), 2), ((3, 1, 2), (4, 5), 2)])
+def test_repeat_becomes_cat_of_copies(repeats, shape, cats):
+    class Repeat(nn.Module):
+        def forward(self, x):
+            return x.repeat(*repeats)
+
+    result = _rewritten(ConvertRepeatToCat(), Repeat(), torch.randn(shape))
+    assert result.modified
+    targets = calls(result.graph_module)
+    assert aten.repeat.default not in targets and targets.count(aten.cat.default) == cats
+
+
+def test_log_softmax_becomes_log_of_softmax():
+    class Head(nn.Module):
+        def forward(self, x):
+            return F.log_softmax(x, dim=-1), torch.log_softmax(x, 1)
+
+    module, x = Head().eval(), torch.randn(3, 7, 5) * 4
+    result = DecomposeLogSoftmax()(export_module(module, (x,)))
+    assert result.modified
+    targets = calls(result.graph_module)
+    assert targets.count(aten.log.default) == 2 and targets.count(aten.softmax.int) == 2
+    assert not {aten.log_softmax.int, aten._log_softmax.default} & set(targets)
+    with torch.no_grad():
+        for got, want in zip(result.graph_module(x), module(x)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
