@@ -8,7 +8,9 @@ partition, within the numerics contract over all outputs of 8 held-out inputs:
   concatenated, GELU, a conditioning vector repeated over channels, and log-probabilities
   per time step (log_softmax, as a CTC head);
 - an inception-style 1-D net: parallel Conv1d with kernels 64, 32 and 16 and 'same' padding
-  (even kernels: one more pad after than before), cat, temporal mean, linear.
+  (even kernels: one more pad after than before), cat, temporal mean, linear;
+- a 1-D U-Net over a 2 x 960 signal: strided convolutions down, a transposed convolution
+  and a nearest upsampling up, skips concatenated.
 
 Random weights with settled BatchNorm statistics (``model_library.settle_batch_norm``)."""
 
@@ -85,8 +87,25 @@ class InceptionTime1d(nn.Module):
         return self.fc(F.relu(self.bn(y)).mean(-1))
 
 
+class UNet1d(nn.Module):
+    def __init__(self, ch=4, k=5):
+        super().__init__()
+        conv = lambda i, o, s=1: nn.Conv1d(i, o, k, stride=s, padding=k // 2)  # noqa: E731
+        self.enc, self.down1, self.down2 = conv(2, ch), conv(ch, 2 * ch, 2), conv(2 * ch, 4 * ch, 2)
+        self.up2 = nn.ConvTranspose1d(4 * ch, 2 * ch, 4, stride=2, padding=1)
+        self.dec2, self.up1 = conv(4 * ch, 2 * ch), nn.Conv1d(2 * ch, ch, 1)
+        self.dec1, self.out = conv(2 * ch, ch), nn.Conv1d(ch, 2, 1)
+
+    def forward(self, x):  # (N, 2, 960)
+        a = F.relu(self.enc(x))
+        b = F.relu(self.down1(a))
+        y = F.relu(self.dec2(torch.cat([self.up2(F.relu(self.down2(b))), b], 1)))
+        y = self.up1(F.interpolate(y, scale_factor=2, mode="nearest"))
+        return self.out(F.relu(self.dec1(torch.cat([y, a], 1))))
+
+
 MODELS = {"eegnet": (EEGNetLike, (1, 1, 4, 128)), "gated": (GatedTemporal, (1, 2, 64)),
-          "inception": (InceptionTime1d, (1, 2, 128))}
+          "inception": (InceptionTime1d, (1, 2, 128)), "unet": (UNet1d, (1, 2, 960))}
 
 
 @pytest.mark.slow

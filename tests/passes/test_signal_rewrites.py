@@ -1,7 +1,7 @@
 """The rewrites that put signal models' data movement and heads on the NPU, each exact in
 float: ``ConvertConstantIndexToSlices`` (an index by constant indices -> slices, cat),
-``ConvertRepeatToCat`` (repeat -> cat of copies), ``DecomposeLogSoftmax`` (log of a
-softmax). Through the whole flow: ``tests/e2e/test_signal_models.py``."""
+``ConvertRepeatToCat`` (repeat -> cat of copies), ``ConvertUpsample1dTo2d`` (1-D resizes
+as 2-D of height 1), ``DecomposeLogSoftmax`` (log of a softmax). Through the whole flow: ``tests/e2e/test_signal_models.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from mcu_npu.flow.export import export_module
 from mcu_npu.passes.aten import ConvertConstantIndexToSlices, ConvertRepeatToCat, \
-    DecomposeLogSoftmax
+    ConvertUpsample1dTo2d, DecomposeLogSoftmax
 
 aten = torch.ops.aten
 
@@ -91,3 +91,22 @@ def test_log_softmax_becomes_log_of_softmax():
     with torch.no_grad():
         for got, want in zip(result.graph_module(x), module(x)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs", [dict(scale_factor=2, mode="nearest"),
+                                    dict(size=13, mode="nearest"),
+                                    dict(scale_factor=2, mode="linear"),
+                                    dict(size=9, mode="linear", align_corners=True)])
+def test_upsample_1d_becomes_2d_of_height_one(kwargs):
+    class Up(nn.Module):
+        def forward(self, x):
+            return F.interpolate(x, **kwargs)
+
+    module, x = Up().eval(), torch.randn(2, 3, 5)
+    result = ConvertUpsample1dTo2d()(export_module(module, (x,)))
+    assert result.modified
+    targets = calls(result.graph_module)
+    assert {aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.vec} & set(targets)
+    assert not {aten.upsample_nearest1d.vec, aten.upsample_linear1d.vec} & set(targets)
+    with torch.no_grad():
+        torch.testing.assert_close(result.graph_module(x), module(x), rtol=1e-5, atol=1e-6)

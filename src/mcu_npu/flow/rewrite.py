@@ -25,11 +25,12 @@ def for_annotation(graph: GraphModule, target) -> GraphModule:
 def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: autocast regions that
     change nothing on a CPU in float32 become the ops they hold; convolutions padded by
-    mode ("same") get explicit padding; convolutions and pooling on unbatched inputs get a
-    batch of one; a SiLU becomes sigmoid and multiply, quantized where the device rounds
-    them, and a log_softmax the log of a softmax; a linear layer with a run-time weight
-    becomes a matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
-    steps whose output is never read are not computed, a zero initial state costs no
+    mode ("same") get explicit padding, and 1-D upsampling is the 2-D one of height 1;
+    convolutions and pooling on unbatched inputs get a batch of one; a SiLU becomes sigmoid
+    and multiply, quantized where the device rounds them, and a log_softmax the log of a
+    softmax; a linear layer with a run-time weight becomes a matmul; recurrent layers become
+    single-layer, then elementary ops every NPU converts; steps whose output is never read
+    are not computed, a zero initial state costs no
     recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
     from constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight), so convolutions get plain weights, and a division
@@ -43,7 +44,7 @@ def default_aten_passes(target) -> list:
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
                               ConvertConstantIndexToSlices, ConvertDivToMul,
-                              ConvertRepeatToCat, ConvertResizeToLinear,
+                              ConvertRepeatToCat, ConvertResizeToLinear, ConvertUpsample1dTo2d,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeLogSoftmax,
                               DecomposeMatmul,
                               DecomposeReshape,
@@ -53,7 +54,8 @@ def default_aten_passes(target) -> list:
                               LinearOfActivations, MakeConvPaddingExplicit,
                               StackByConcat)
 
-    return [InlineDisabledAutocast(), MakeConvPaddingExplicit(), AddBatchDimension(),
+    return [InlineDisabledAutocast(), MakeConvPaddingExplicit(), ConvertUpsample1dTo2d(),
+            AddBatchDimension(),
             LinearOfActivations(), DecomposeSiLU(), DecomposeLogSoftmax(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),

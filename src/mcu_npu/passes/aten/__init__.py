@@ -7,6 +7,7 @@ from mcu_npu.passes.aten.convert_constant_index_to_slices import ConvertConstant
 from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
 from mcu_npu.passes.aten.convert_repeat_to_cat import ConvertRepeatToCat
 from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
+from mcu_npu.passes.aten.convert_upsample1d_to_2d import ConvertUpsample1dTo2d
 from mcu_npu.passes.aten.decompose_group_norm import DecomposeGroupNorm
 from mcu_npu.passes.aten.decompose_gru import DecomposeGRU
 from mcu_npu.passes.aten.decompose_on_cpu import DecomposeOnCpu, decompose_on_cpu
@@ -32,6 +33,7 @@ from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
 __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
            "ConvertDivToMul", "ConvertRepeatToCat", "ConvertResizeToLinear",
+           "ConvertUpsample1dTo2d",
            "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM", "DecomposeLogSoftmax",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
