@@ -36,7 +36,7 @@ def _padded_by_mode(node: Node) -> bool:
 
 
 def _explicit(graph_module: GraphModule, node: Node) -> Node:
-    args = torch.fx.node.map_arg(node.args, lambda a: a)
+    args = node.args
     x, w = args[0], args[1]
     bias = args[2] if len(args) > 2 else node.kwargs.get("bias")
     stride = args[3] if len(args) > 3 else node.kwargs.get("stride", 1)
