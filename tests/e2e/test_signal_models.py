@@ -4,8 +4,8 @@ partition, within the numerics contract over all outputs of 8 held-out inputs:
 - an EEGNet-like temporal conv net: a montage (channels picked by a constant index), a wide
   temporal (1, 32) convolution, depthwise spatial filter, BatchNorm, ELU, (1, 4) average
   pooling, dropout, separable convolution, a linear head;
-- a gated temporal block: dilated conv1d, tanh(x) * sigmoid(x) gate, residual, skips
-  concatenated, GELU, a conditioning vector repeated over channels, and log-probabilities
+- a gated temporal block: a reflect-padded input convolution, dilated conv1d,
+  tanh(x) * sigmoid(x) gate, residual, skips concatenated, GELU, a conditioning vector repeated over channels, and log-probabilities
   per time step (log_softmax, as a CTC head);
 - an inception-style 1-D net: parallel Conv1d with kernels 64, 32 and 16 and 'same' padding
   (even kernels: one more pad after than before), cat, temporal mean, linear;
@@ -52,7 +52,7 @@ class EEGNetLike(nn.Module):
 class GatedTemporal(nn.Module):
     def __init__(self, ch=8, blocks=2, classes=3):
         super().__init__()
-        self.inp = nn.Conv1d(2, ch, 1)
+        self.inp = nn.Conv1d(2, ch, 3, padding=1, padding_mode="reflect")
         self.filt = nn.ModuleList(nn.Conv1d(ch, ch, 3, padding=2 ** i, dilation=2 ** i)
                                   for i in range(blocks))
         self.gate = nn.ModuleList(nn.Conv1d(ch, ch, 3, padding=2 ** i, dilation=2 ** i)

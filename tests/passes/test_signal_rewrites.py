@@ -1,5 +1,6 @@
 """The rewrites that put signal models' data movement and heads on the NPU, each exact in
 float: ``ConvertConstantIndexToSlices`` (an index by constant indices -> slices, cat),
+``ConvertPadModeToSlices`` (reflect / replicate / circular pads -> slices, cat),
 ``ConvertRepeatToCat`` (repeat -> cat of copies), ``ConvertUpsample1dTo2d`` (1-D resizes
 as 2-D of height 1), ``DecomposeLogSoftmax`` (log of a softmax). Through the whole flow: ``tests/e2e/test_signal_models.py``."""
 
@@ -11,8 +12,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mcu_npu.flow.export import export_module
-from mcu_npu.passes.aten import ConvertConstantIndexToSlices, ConvertRepeatToCat, \
-    ConvertUpsample1dTo2d, DecomposeLogSoftmax
+from mcu_npu.passes.aten import ConvertConstantIndexToSlices, ConvertPadModeToSlices, \
+    ConvertRepeatToCat, ConvertUpsample1dTo2d, DecomposeLogSoftmax
 
 aten = torch.ops.aten
 
@@ -110,3 +111,27 @@ def test_upsample_1d_becomes_2d_of_height_one(kwargs):
     assert not {aten.upsample_nearest1d.vec, aten.upsample_linear1d.vec} & set(targets)
     with torch.no_grad():
         torch.testing.assert_close(result.graph_module(x), module(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("pads,shape", [((2, 3), (2, 3, 8)), ((1, 1, 2, 0), (1, 2, 4, 6)),
+                                        ((0, 0, 1, 2), (1, 2, 4, 6))])
+def test_pad_by_mode_becomes_slices_and_cat(mode, pads, shape):
+    class Pad(nn.Module):
+        def forward(self, x):
+            return F.pad(x, pads, mode=mode)
+
+    result = _rewritten(ConvertPadModeToSlices(), Pad(), torch.randn(shape))
+    assert result.modified
+    targets = calls(result.graph_module)
+    assert aten.pad.default not in targets
+    assert targets.count(aten.cat.default) == sum(1 for a, b in zip(pads[::2], pads[1::2])
+                                                  if a or b)
+
+
+def test_constant_pad_stays():
+    class Pad(nn.Module):
+        def forward(self, x):
+            return F.pad(x, (1, 2))
+
+    assert not _rewritten(ConvertPadModeToSlices(), Pad(), torch.randn(1, 2, 2)).modified

@@ -34,8 +34,9 @@ def default_aten_passes(target) -> list:
     recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
     from constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight), so convolutions get plain weights, and a division
-    by a constant is a multiplication by its reciprocal; an index by constant indices becomes
-    slices and a concatenation, and a repeat a concatenation of copies; unbinds become
+    by a constant is a multiplication by its reciprocal; an index by constant indices and a
+    reflect, replicate or circular pad become slices and a concatenation, and a repeat a
+    concatenation of copies; unbinds become
     selects; attention, batched matmuls and layer, group and instance normalization become
     the bmm, softmax, mean and elementwise ops NPUs run, each quantized on its own, and a
     reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm
@@ -44,6 +45,7 @@ def default_aten_passes(target) -> list:
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
                               ConvertConstantIndexToSlices, ConvertDivToMul,
+                              ConvertPadModeToSlices,
                               ConvertRepeatToCat, ConvertResizeToLinear, ConvertUpsample1dTo2d,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeLogSoftmax,
                               DecomposeMatmul,
@@ -59,7 +61,8 @@ def default_aten_passes(target) -> list:
             LinearOfActivations(), DecomposeSiLU(), DecomposeLogSoftmax(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
-            ConvertConstantIndexToSlices(), ConvertRepeatToCat(), StackByConcat(),
+            ConvertConstantIndexToSlices(), ConvertPadModeToSlices(), ConvertRepeatToCat(),
+            StackByConcat(),
             DecomposeUnbind(), DecomposeScaledDotProductAttention(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]

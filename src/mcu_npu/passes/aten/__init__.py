@@ -5,6 +5,7 @@ from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
 from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
 from mcu_npu.passes.aten.convert_constant_index_to_slices import ConvertConstantIndexToSlices
 from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
+from mcu_npu.passes.aten.convert_pad_mode_to_slices import ConvertPadModeToSlices
 from mcu_npu.passes.aten.convert_repeat_to_cat import ConvertRepeatToCat
 from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
 from mcu_npu.passes.aten.convert_upsample1d_to_2d import ConvertUpsample1dTo2d
@@ -32,7 +33,7 @@ from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
 __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
-           "ConvertDivToMul", "ConvertRepeatToCat", "ConvertResizeToLinear",
+           "ConvertDivToMul", "ConvertPadModeToSlices", "ConvertRepeatToCat", "ConvertResizeToLinear",
            "ConvertUpsample1dTo2d",
            "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM", "DecomposeLogSoftmax",

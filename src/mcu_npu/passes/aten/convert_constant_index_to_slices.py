@@ -38,7 +38,7 @@ def _constant(gm: GraphModule, node) -> torch.Tensor | None:
     return value.detach() if isinstance(value, torch.Tensor) else None
 
 
-def _runs(indices: list[int]) -> list[tuple[int, int, int]]:
+def slices_of(indices: list[int]) -> list[tuple[int, int, int]]:
     """(start, end, step) slices whose concatenation reads ``indices`` in order."""
     if len(indices) > 1:
         step = indices[1] - indices[0]
@@ -68,7 +68,7 @@ def _plan(gm: GraphModule, node: Node) -> tuple[int, list[tuple[int, int, int]]]
     size = x.meta["val"].shape[axis]
     if not isinstance(size, int) or bool(((value < -size) | (value >= size)).any()):
         return None
-    runs = _runs([int(i) % size for i in value.tolist()])
+    runs = slices_of([int(i) % size for i in value.tolist()])
     return (axis, runs) if len(runs) <= MAX_RUNS else None
 
 
