@@ -5,7 +5,7 @@ partition, within the numerics contract over all outputs of 8 held-out inputs:
   temporal (1, 32) convolution, depthwise spatial filter, BatchNorm, ELU, (1, 4) average
   pooling, dropout, separable convolution, a linear head;
 - a gated temporal block: a reflect-padded input convolution, dilated conv1d,
-  tanh(x) * sigmoid(x) gate, residual, skips concatenated, GELU, a conditioning vector repeated over channels, and log-probabilities
+  tanh(x) * sigmoid(x) gate, residual, skips concatenated, GELU, a GLU, a conditioning vector repeated over channels, and log-probabilities
   per time step (log_softmax, as a CTC head);
 - an inception-style 1-D net: parallel Conv1d with kernels 64, 32 and 16 and 'same' padding
   (even kernels: one more pad after than before), cat, temporal mean, linear;
@@ -59,7 +59,7 @@ class GatedTemporal(nn.Module):
                                   for i in range(blocks))
         self.res = nn.ModuleList(nn.Conv1d(ch, ch, 1) for _ in range(blocks))
         self.cond = nn.Parameter(torch.randn(1, 1, 64) * 0.1)
-        self.out = nn.Conv1d(ch * blocks, classes, 1)
+        self.out = nn.Conv1d(ch * blocks, 2 * classes, 1)
 
     def forward(self, x):  # (N, 2, 64)
         x = self.inp(x) + self.cond.repeat(1, self.filt[0].in_channels, 1) * x[:, :1]
@@ -68,7 +68,8 @@ class GatedTemporal(nn.Module):
             h = torch.tanh(f(x)) * torch.sigmoid(g(x))
             skips.append(h)
             x = x + r(h)
-        return F.log_softmax(self.out(F.gelu(torch.cat(skips, 1))), dim=1)  # per step
+        y = F.glu(self.out(F.gelu(torch.cat(skips, 1))), dim=1)
+        return F.log_softmax(y, dim=1)  # per time step
 
 
 class InceptionTime1d(nn.Module):

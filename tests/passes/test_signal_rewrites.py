@@ -2,7 +2,8 @@
 float: ``ConvertConstantIndexToSlices`` (an index by constant indices -> slices, cat),
 ``ConvertPadModeToSlices`` (reflect / replicate / circular pads -> slices, cat),
 ``ConvertRepeatToCat`` (repeat -> cat of copies), ``ConvertUpsample1dTo2d`` (1-D resizes
-as 2-D of height 1), ``DecomposeLogSoftmax`` (log of a softmax). Through the whole flow: ``tests/e2e/test_signal_models.py``."""
+as 2-D of height 1), ``DecomposeGLU`` (halves, sigmoid, mul), ``DecomposeLogSoftmax`` (log of
+a softmax). Through the whole flow: ``tests/e2e/test_signal_models.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 from mcu_npu.flow.export import export_module
 from mcu_npu.passes.aten import ConvertConstantIndexToSlices, ConvertPadModeToSlices, \
-    ConvertRepeatToCat, ConvertUpsample1dTo2d, DecomposeLogSoftmax
+    ConvertRepeatToCat, ConvertUpsample1dTo2d, DecomposeGLU, DecomposeLogSoftmax
 
 aten = torch.ops.aten
 
@@ -135,3 +136,20 @@ def test_constant_pad_stays():
             return F.pad(x, (1, 2))
 
     assert not _rewritten(ConvertPadModeToSlices(), Pad(), torch.randn(1, 2, 2)).modified
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_glu_becomes_mul_by_sigmoid_of_second_half(dim):
+    class Glu(nn.Module):
+        def forward(self, x):
+            return F.glu(x, dim)
+
+    module, x = Glu().eval(), torch.randn(2, 6, 8)
+    result = DecomposeGLU()(export_module(module, (x,)))
+    assert result.modified
+    targets = calls(result.graph_module)
+    assert aten.glu.default not in targets
+    assert [t for t in targets if t != aten.slice.Tensor] == [aten.sigmoid.default,
+                                                             aten.mul.Tensor]
+    with torch.no_grad():
+        torch.testing.assert_close(result.graph_module(x), module(x), rtol=1e-5, atol=1e-6)

@@ -26,9 +26,9 @@ def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: autocast regions that
     change nothing on a CPU in float32 become the ops they hold; convolutions padded by
     mode ("same") get explicit padding, and 1-D upsampling is the 2-D one of height 1;
-    convolutions and pooling on unbatched inputs get a batch of one; a SiLU becomes sigmoid
-    and multiply, quantized where the device rounds them, and a log_softmax the log of a
-    softmax; a linear layer with a run-time weight becomes a matmul; recurrent layers become
+    convolutions and pooling on unbatched inputs get a batch of one; a SiLU and a GLU become
+    sigmoid and multiply, quantized where the device rounds them, and a log_softmax the log
+    of a softmax; a linear layer with a run-time weight becomes a matmul; recurrent layers become
     single-layer, then elementary ops every NPU converts; steps whose output is never read
     are not computed, a zero initial state costs no
     recurrent matmul, and per-step outputs are gathered without a copy each; what is computed
@@ -47,7 +47,8 @@ def default_aten_passes(target) -> list:
                               ConvertConstantIndexToSlices, ConvertDivToMul,
                               ConvertPadModeToSlices,
                               ConvertRepeatToCat, ConvertResizeToLinear, ConvertUpsample1dTo2d,
-                              DecomposeGroupNorm, DecomposeLayerNorm, DecomposeLogSoftmax,
+                              DecomposeGLU, DecomposeGroupNorm, DecomposeLayerNorm,
+                              DecomposeLogSoftmax,
                               DecomposeMatmul,
                               DecomposeReshape,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
@@ -58,7 +59,7 @@ def default_aten_passes(target) -> list:
 
     return [InlineDisabledAutocast(), MakeConvPaddingExplicit(), ConvertUpsample1dTo2d(),
             AddBatchDimension(),
-            LinearOfActivations(), DecomposeSiLU(), DecomposeLogSoftmax(),
+            LinearOfActivations(), DecomposeSiLU(), DecomposeGLU(), DecomposeLogSoftmax(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), FoldConstants(), ConvertDivToMul(),
             ConvertConstantIndexToSlices(), ConvertPadModeToSlices(), ConvertRepeatToCat(),

@@ -9,6 +9,7 @@ from mcu_npu.passes.aten.convert_pad_mode_to_slices import ConvertPadModeToSlice
 from mcu_npu.passes.aten.convert_repeat_to_cat import ConvertRepeatToCat
 from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
 from mcu_npu.passes.aten.convert_upsample1d_to_2d import ConvertUpsample1dTo2d
+from mcu_npu.passes.aten.decompose_glu import DecomposeGLU
 from mcu_npu.passes.aten.decompose_group_norm import DecomposeGroupNorm
 from mcu_npu.passes.aten.decompose_gru import DecomposeGRU
 from mcu_npu.passes.aten.decompose_on_cpu import DecomposeOnCpu, decompose_on_cpu
@@ -35,7 +36,7 @@ from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
            "ConvertDivToMul", "ConvertPadModeToSlices", "ConvertRepeatToCat", "ConvertResizeToLinear",
            "ConvertUpsample1dTo2d",
-           "DecomposeGRU",
+           "DecomposeGLU", "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM", "DecomposeLogSoftmax",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
            "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
