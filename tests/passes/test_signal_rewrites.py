@@ -12,6 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import mcu_npu
+from helpers import as_list, calibration_set, reference_output_steps
 from mcu_npu.flow.export import export_module
 from mcu_npu.passes.aten import ConvertConstantIndexToSlices, ConvertPadModeToSlices, \
     ConvertRepeatToCat, ConvertUpsample1dTo2d, DecomposeGLU, DecomposeLogSoftmax
@@ -153,3 +155,19 @@ def test_glu_becomes_mul_by_sigmoid_of_second_half(dim):
                                                              aten.mul.Tensor]
     with torch.no_grad():
         torch.testing.assert_close(result.graph_module(x), module(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "corstone-300"])
+def test_reflect_padded_input_runs_on_the_npu_within_one_step(target):
+    """A reflect pad of the program's input, as slices and a concatenation of them, quantizes
+    (the input read whole as well would make its shared parameters refer to themselves), runs
+    on the NPU and matches the quantized reference within one output step."""
+    torch.manual_seed(0)
+    x = (torch.randn(1, 2, 16),)
+    conv = nn.Conv1d(2, 4, 3, padding=1, padding_mode="reflect").eval()
+    prog = mcu_npu.compile(conv, x, target=target, calibration=calibration_set(x))
+    assert prog.report.summary["ops_on_cpu"] == 0, prog.report
+    for sample in calibration_set(x, seed=1):
+        for e, g, step in zip(as_list(prog.reference(*sample)), prog.run(*sample),
+                              reference_output_steps(prog.reference)):
+            assert float((g - e).abs().max()) / step <= 1.0 + 1e-3

@@ -7,7 +7,8 @@ Before::
 
 After::
 
-    y = cat([slice(x, 2, 2, 3), slice(x, 2, 1, 2), x, slice(x, 2, L - 2, L - 1)], 2)
+    y = cat([slice(x, 2, 2, 3), slice(x, 2, 1, 2), slice(x, 2, 0, L), slice(x, 2, L - 2, L - 1)],
+            2)
 
 Core-ATen decomposition would turn these pads into index ops after quantization, left
 unquantized on the CPU. As slices and a concatenation they keep the input's quantization
@@ -71,11 +72,12 @@ class ConvertPadModeToSlices(PassBase):
             emit = Emitter(gm.graph, node)
             x = node.args[0]
             for axis, runs in _plan(node):
-                parts = [x if (start, end, step) == (0, x.meta["val"].shape[axis], 1)
-                         else emit(aten.slice.Tensor, x, axis, start, end, step)
+                # the body is a slice too: a cat that reads its input both whole and through
+                # slices would make the quantizer's shared parameters refer to themselves
+                parts = [emit(aten.slice.Tensor, x, axis, start, end, step)
                          for start, end, step in runs]
                 x = emit(aten.cat.default, parts, axis)
-            return x if x is not node.args[0] else emit(aten.clone.default, x)
+            return x
 
         changed = replace_nodes(graph_module, lambda n: _plan(n) is not None, rewrite)
         return PassResult(graph_module, changed)
