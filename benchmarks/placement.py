@@ -7,7 +7,8 @@ Run::
     PYTHONPATH=src python benchmarks/placement.py --targets corstone-320 --json out.json
 
 For each model (the block models of ``mcu_npu.models.blocks``: MobileNetV3-, EfficientNet-
-and TransformerEncoder-style; the MLPerf Tiny models) and target (``imxrt700``,
+and TransformerEncoder-style; the MLPerf Tiny models; the biosignal and speech shapes of
+``mcu_npu.models.signal``) and target (``imxrt700``,
 ``corstone-300``, ``corstone-320``) it compiles once, calibrating on ``--samples`` standard
 normal samples, and prints from the compile report:
 
@@ -38,9 +39,9 @@ TARGETS = ["imxrt700", "corstone-300", "corstone-320"]
 
 
 def models() -> dict:
-    from mcu_npu.models import BLOCK_MODELS, MODELS
+    from mcu_npu.models import BLOCK_MODELS, MODELS, SIGNAL_MODELS
 
-    return {**BLOCK_MODELS, **MODELS}
+    return {**BLOCK_MODELS, **MODELS, **SIGNAL_MODELS}
 
 
 def measure(name: str, target: str, samples: int, seed: int) -> dict:

@@ -90,6 +90,9 @@ CASES = [
     ("leaky_relu", lambda: nn.LeakyReLU(0.1), [(2, 3, 7)]),
     ("prelu", lambda: prelu_module(3), [(2, 3, 5, 5)]),
     ("prelu_2d", lambda: prelu_module(6), [(4, 6)]),
+    ("elu", lambda: nn.ELU(), [(2, 3, 7)]),
+    ("elu_4d", lambda: nn.ELU(), [(1, 6, 5, 7)]),
+    ("log_of_sigmoid", lambda: fn(lambda x: torch.log(torch.sigmoid(x))), [(2, 3, 7)]),  # x > 0
     ("sigmoid", lambda: nn.Sigmoid(), [(2, 3, 7)]),
     ("tanh", lambda: nn.Tanh(), [(3, 11)]),
     ("hardswish", lambda: nn.Hardswish(), [(2, 5, 3)]),

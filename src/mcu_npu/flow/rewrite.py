@@ -24,40 +24,48 @@ def for_annotation(graph: GraphModule, target) -> GraphModule:
 
 def default_aten_passes(target) -> list:
     """ATen rewrites a target applies before quantization, in order: autocast regions that
-    change nothing on a CPU in float32 become the ops they hold; convolutions and pooling
-    on unbatched inputs get a batch of one; 1-D and adaptive max pools and max reductions
-    over time or space become the 2-D pools NPUs run; a SiLU becomes sigmoid and multiply,
-    quantized where the device rounds them; a linear layer with a run-time weight becomes a
-    matmul; recurrent layers become single-layer, then elementary ops every NPU converts;
-    steps whose output is never read are not computed, a zero initial state costs no
-    recurrent matmul, and per-step outputs are gathered without a copy each; attention (with
-    a mask computed from constants, or causal) becomes bmm, add and softmax; what is computed
-    from constants alone is computed once, into a constant (a class token's expand, a bias
+    change nothing on a CPU in float32 become the ops they hold; convolutions padded by
+    mode ("same") get explicit padding, and 1-D upsampling is the 2-D one of height 1;
+    convolutions and pooling on unbatched inputs get a batch of one; 1-D and adaptive max
+    pools and max reductions over time or space become the 2-D pools NPUs run; a SiLU and a
+    GLU become sigmoid and multiply, quantized where the device rounds them, and a
+    log_softmax the log of a softmax; a linear layer with a run-time weight becomes a matmul;
+    recurrent layers become single-layer, then elementary ops every NPU converts; steps
+    whose output is never read are not computed, a zero initial state costs no recurrent
+    matmul, and per-step outputs are gathered without a copy each; attention (with a mask
+    computed from constants, or causal) becomes bmm, add and softmax; what is computed from
+    constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight, an attention mask), so convolutions get plain
     weights, and a mask before a softmax becomes an add the quantizer saturates; a division
-    by a constant is a multiplication by its reciprocal; unbinds become selects; batched
-    matmuls and layer, group and instance normalization become the bmm, mean and elementwise
-    ops NPUs run, each quantized on its own, as do norms, variances, square roots, sums and
-    divisions by roots (means, multiplications and reciprocal square roots), and a reshape
-    that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm that no
-    convolution or linear layer absorbs becomes a depthwise convolution, and a resize of a
-    small map that the NPU cannot resize a linear layer over its positions."""
+    by a constant is a multiplication by its reciprocal; an index by constant indices and a
+    reflect, replicate or circular pad become slices and a concatenation, and a repeat a
+    concatenation of copies; unbinds become selects; batched matmuls and layer, group and
+    instance normalization become the bmm, mean and elementwise ops NPUs run, each quantized
+    on its own, as do norms, variances, square roots, sums and divisions by roots (means,
+    multiplications and reciprocal square roots), and a reshape that needs a copy makes it
+    explicit, so the copy is quantized too; a BatchNorm that no convolution or linear layer
+    absorbs becomes a depthwise convolution, and a resize of a small map that the NPU cannot
+    resize a linear layer over its positions."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
-    from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise, ConvertDivToMul,
-                              ConvertPoolingTo2d, ConvertResizeToLinear,
-                              DecomposeGroupNorm, DecomposeLayerNorm, DecomposeMatmul,
-                              DecomposeReshape, DecomposeRoots,
+    from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
+                              ConvertConstantIndexToSlices, ConvertDivToMul,
+                              ConvertPadModeToSlices, ConvertPoolingTo2d, ConvertRepeatToCat,
+                              ConvertResizeToLinear, ConvertUpsample1dTo2d, DecomposeGLU,
+                              DecomposeGroupNorm, DecomposeLayerNorm, DecomposeLogSoftmax,
+                              DecomposeMatmul, DecomposeReshape, DecomposeRoots,
                               DecomposeScaledDotProductAttention, DecomposeSiLU,
                               DecomposeUnbind, FoldConstants,
                               FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
-                              LinearOfActivations, SaturateAttentionMask, StackByConcat)
+                              LinearOfActivations, MakeConvPaddingExplicit,
+                              SaturateAttentionMask, StackByConcat)
 
-    return [InlineDisabledAutocast(), AddBatchDimension(), ConvertPoolingTo2d(),
-            LinearOfActivations(),
-            DecomposeSiLU(),
+    return [InlineDisabledAutocast(), MakeConvPaddingExplicit(), ConvertUpsample1dTo2d(),
+            AddBatchDimension(), ConvertPoolingTo2d(),
+            LinearOfActivations(), DecomposeSiLU(), DecomposeGLU(), DecomposeLogSoftmax(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             FoldSelectOfCat(), FoldLinearOfZeros(), DecomposeScaledDotProductAttention(),
-            FoldConstants(), SaturateAttentionMask(), ConvertDivToMul(), StackByConcat(),
-            DecomposeUnbind(), DecomposeMatmul(),
+            FoldConstants(), SaturateAttentionMask(), ConvertDivToMul(),
+            ConvertConstantIndexToSlices(), ConvertPadModeToSlices(), ConvertRepeatToCat(),
+            StackByConcat(), DecomposeUnbind(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeRoots(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]

@@ -1,5 +1,5 @@
 """Activations: relu, relu6 / hardtanh / clamp, leaky_relu, prelu, sigmoid, tanh, hardswish,
-silu, gelu, softmax; plus the fused-activation helper conv, linear and add use."""
+silu, gelu, elu, softmax; plus the fused-activation helper conv, linear and add use."""
 
 from __future__ import annotations
 
@@ -185,6 +185,45 @@ def convert_prelu(ctx: Context, node: Node) -> None:
     # TFLite broadcasts the slope from the trailing axes; drop leading unit axes.
     tensor = ctx.tensor(alpha, x.perm)
     ctx.op(OP.PRELU, [ctx.tensor(x), tensor], [out.tensor])
+
+
+def elu_is_plain(node: Node, target=None) -> bool:
+    """elu must have alpha 1, scale 1 and input_scale 1 (TFLite ELU has no parameters)"""
+    a = bind(node)
+    return float(a.alpha) == 1.0 and float(a.scale) == 1.0 and float(a.input_scale) == 1.0
+
+
+# aten::elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor
+@operator(aten.elu.default, aten=(at.elu, at.elu_), annotate="unary",
+          checks=(static_shapes, elu_is_plain))
+def convert_elu(ctx: Context, node: Node) -> None:
+    """elu(x) = max(x, exp(min(x, 0)) - 1), since exp(t) - 1 >= t: MINIMUM, EXP, ADD and
+    MAXIMUM, which LiteRT's reference kernels, Vela (U55, U85) and Neutron all run (TFLite's
+    own ELU has no reference kernel, so the host could not check it). EXP rounds to 1/255
+    on [0, 1]: within one output step of the exact function where the output spans at
+    least 1 (its step at least 1/255), as an ELU after a normalisation does."""
+    x = ctx.value(node.args[0])
+    out = ctx.output_value(node, perm=x.perm)
+    shape, name = ctx.builder.tensor(out.tensor).shape, node.name
+    src = ctx.tensor(x)
+
+    def tensor(suffix: str, q: QParams) -> int:
+        return ctx.builder.add_tensor(f"{name}/{suffix}", shape, x.dtype, scale=q.scale,
+                                      zero_point=q.zero_point)
+
+    neg = tensor("min0", x.q)  # exact: 0 is the zero point
+    ctx.op(OP.MINIMUM, [src, ctx.tensor(ctx.const_value(np.zeros(1, np.float32), x.q))], [neg],
+           schema.MaximumMinimumOptionsT())
+    exp_q = QParams((1.0 / 255.0,), (x.q.qmin,), x.q.qmin, x.q.qmax)  # [0, 1]
+    e = tensor("exp", exp_q)
+    ctx.op(OP.EXP, [neg], [e], schema.ExpOptionsT())
+    minus_one = QParams((1.0 / 128.0,), (0,), x.q.qmin, x.q.qmax)
+    expm1 = tensor("expm1", out.q)
+    ctx.op(OP.ADD, [e, ctx.tensor(ctx.const_value(np.array([-1.0], np.float32), minus_one))],
+           [expm1], schema.AddOptionsT())
+    x_out = tensor("x", out.q)
+    ctx.op(OP.QUANTIZE, [src], [x_out])
+    ctx.op(OP.MAXIMUM, [x_out, expm1], [out.tensor], schema.MaximumMinimumOptionsT())
 
 
 def softmax_on_last_memory_axis(node: Node, target=None) -> bool:
