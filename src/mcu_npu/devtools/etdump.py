@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..errors import McuNpuError
-from ..firmware.files import write_atomic
+from ..firmware.files import write_all
 from ..device.npu_ops import NpuOp, computes_edge_value, npu_ops
 
 RUN_NAME = "forward"
@@ -273,8 +273,6 @@ def record_run(program, inputs, report, etdump: str | os.PathLike,
         outputs = program.run(*inputs, method=method, observer=recorder)
     dump, buffer = etdump_bytes(recorder.events, recorder.clock,
                                 outputs if debug_buffer is not None else ())
-    if debug_buffer is not None:
-        write_atomic(debug_buffer, buffer)
-    write_atomic(etdump, dump)
+    write_all([(etdump, dump)] + ([(debug_buffer, buffer)] if debug_buffer is not None else []))
     return outputs
 
