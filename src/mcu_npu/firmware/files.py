@@ -66,7 +66,8 @@ def check_output(path: str | os.PathLike) -> Path:
         folder = folder.parent
     if not folder.is_dir():
         raise OutputError(f"cannot write '{path}': '{folder}' is a file, not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if not os.access(folder, os.W_OK | os.X_OK,
+                     effective_ids=os.access in os.supports_effective_ids):
         raise OutputError(f"cannot write '{path}': the folder '{folder}' is not writable "
                           "(permission denied)")
     return path
