@@ -144,7 +144,6 @@ def cmd_compile(args) -> int:
     from .report import check_io
 
     check_outputs(*_compile_outputs(args))  # a path that cannot be written fails now
-
     check_io(args.io)  # before the compiler and the model load (a factory may train)
     from .flow.inputs import check_memory
     from .targets import get_target
