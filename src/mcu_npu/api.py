@@ -12,7 +12,7 @@ import torch
 
 from .device.program_io import dequantize_outputs, quantize_inputs
 from .errors import ConfigError, HostDataMissingError, stage
-from .firmware.files import write_atomic
+from .firmware.files import check_output, write_all
 from .flow.export import exported_model
 from .flow.run import compile_program
 from .progress import reporting
@@ -100,13 +100,12 @@ class CompiledProgram:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the device program to ``path`` and its companion beside it
-        (``model.pte`` -> ``model.ptd``, see ``companion_path``); returns ``path``."""
+        (``model.pte`` -> ``model.ptd``, see ``companion_path``), both or neither: on any
+        failure (``OutputError``) the files there before are left as they were; returns
+        ``path``."""
         from .firmware.companion import companion_path
 
-        companion = self.companion
-        written = write_atomic(path, self.buffer)
-        write_atomic(companion_path(path), companion)
-        return written
+        return write_all([(path, self.buffer), (companion_path(path), self.companion)])[0]
 
     def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
             debug_buffer: str | os.PathLike | None = None,
@@ -212,6 +211,8 @@ def compile(
         with stage("reading the model", show=False):
             model, example_inputs = exported_model(model, example_inputs)
         request = parse_precision(precision)
+        if etrecord is not None:
+            check_output(etrecord)  # before the compile, not after it
         if isinstance(request, AutoPrecision) and etrecord is not None:
             raise ConfigError("etrecord= is not available with precision='auto': compile with "
                               "the precision the search chose (report.precision) to record it")

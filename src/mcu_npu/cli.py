@@ -79,7 +79,11 @@ def load_model_spec(spec: str):
     fn = getattr(module, factory, None)
     if not callable(fn):
         raise ConfigError(f"{path!r} has no function {factory!r}")
-    result = fn()
+    try:
+        result = fn()
+    except Exception as exc:  # the user's code: any type
+        raise ConfigError(f"the model factory {spec} failed: {type(exc).__name__}: "
+                          f"{_first_line(exc)}") from exc
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         raise ConfigError(f"{spec} must return (model, example_inputs) "
                           f"or (model, example_inputs, calibration)")
@@ -140,11 +144,22 @@ def precision_arg(args):
     return parse_precision({"default": mode, "overrides": overrides})
 
 
+def _compile_outputs(args) -> list:
+    """Every file ``compile`` writes, for ``check_outputs`` before the compile starts."""
+    from .firmware.companion import companion_path
+
+    bpte = Path(args.output).with_suffix(".bpte") if args.bundled else None
+    return [args.output, companion_path(args.output), args.etrecord, args.ops_yaml,
+            args.c_header, bpte]
+
+
 def cmd_compile(args) -> int:
     from .errors import ConfigError
+    from .firmware.files import check_outputs
     from .progress import Progress
     from .report import check_io
 
+    check_outputs(*_compile_outputs(args))  # a path that cannot be written fails now
     check_io(args.io)  # before the compiler and the model load (a factory may train)
     if args.c_header_bundled and not (args.bundled and args.c_header):
         raise ConfigError("--c-header-bundled puts the bundled program in the C header: give "
@@ -224,7 +239,9 @@ def cmd_run(args) -> int:
 
     from . import api
     from .errors import ConfigError
+    from .firmware.files import check_outputs
 
+    check_outputs(args.output, args.etdump, args.debug_buffer)
     prog = api.load(args.program, companion=args.companion)
     inputs = []
     for path in args.input:
@@ -275,6 +292,9 @@ def _save_outputs(path: str, outputs) -> None:
 def cmd_report(args) -> int:
     from .errors import InvalidProgramError
     from .firmware.companion import saved_report
+    from .firmware.files import check_outputs
+
+    check_outputs(args.html)
 
     loaded = None
     report = None if args.export_partitions else saved_report(args.program, args.companion)

@@ -65,6 +65,11 @@ class MemoryFitError(McuNpuError):
     """The program does not fit the target's memory (``compile(..., strict=True)``)."""
 
 
+class OutputError(McuNpuError, OSError):
+    """An output file cannot be written (a folder or a file in the way, no permission, a
+    full disk); the message names the path and the cause. Nothing was written."""
+
+
 class InputError(McuNpuError, ValueError):
     """Data handed to a program does not match what it expects (shape, dtype, count)."""
 

@@ -163,12 +163,30 @@ def read_bundled(data: bytes):
     except Exception as exc:  # flatc and the dataclass decoder raise any type
         raise InvalidProgramError(f"cannot parse the bundled program: {type(exc).__name__}: "
                                   f"{exc}") from exc
+    _check_whole(data, bundle)
     suites = {s.method_name: s for s in bundle.method_test_suites}
     if "forward" not in suites:
         raise InvalidProgramError("the bundled program has no test cases for 'forward'")
     cases = [([_tensor(v.val) for v in c.inputs], [_tensor(v.val) for v in c.expected_outputs])
              for c in suites["forward"].test_cases]
     return bytes(bundle.program), cases
+
+
+def _check_whole(data: bytes, bundle) -> None:
+    """Refuse a truncated ``.bpte``: a flatbuffer does not state its size, and a parser reads
+    a file cut inside its last string or padding as if it were whole; what it read, written
+    again, must not need more bytes than the file has."""
+    from executorch.devtools.bundled_program.serialize import \
+        _bundled_program_schema_to_flatbuffer
+
+    try:
+        needed = len(_bundled_program_schema_to_flatbuffer(bundle))
+    except Exception as exc:  # what was read does not serialize: it was not whole either
+        raise InvalidProgramError(f"cannot parse the bundled program: {type(exc).__name__}: "
+                                  f"{exc}") from exc
+    if len(data) < needed:
+        raise InvalidProgramError(f"the bundled program is truncated: its contents take "
+                                  f"{needed} bytes, the file has {len(data)}")
 
 
 def _tensor(t) -> torch.Tensor:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import McuNpuError
-from ..firmware.files import write_atomic
+from ..firmware.files import write_all
 from ..device.npu_ops import NpuOp, computes_edge_value, npu_ops
 
 RUN_NAME = "Execute"
@@ -299,8 +299,6 @@ def record_run(program, inputs, report, etdump: str | os.PathLike,
     dump, buffer = etdump_bytes(recorder.events, recorder.clock,
                                 outputs if debug_buffer is not None else (),
                                 bundled_input_index)
-    if debug_buffer is not None:
-        write_atomic(debug_buffer, buffer)
-    write_atomic(etdump, dump)
+    write_all([(etdump, dump)] + ([(debug_buffer, buffer)] if debug_buffer is not None else []))
     return outputs
 

@@ -47,6 +47,7 @@ def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
         captured = (f"strict torch.export (non-strict export failed on a data-dependent "
                     f"value: {_first(exc)})")
         ep = _with_constant_items_folded(ep, example_inputs)
+    check_model_outputs(ep)
     gm = ep.module(check_guards=False)
     gm.meta[CAPTURED_BY] = captured
     return gm
@@ -182,3 +183,28 @@ def load_pt2(path) -> torch.export.ExportedProgram:
                                     f"{first}") from exc
     finally:
         log.setLevel(level)
+
+
+def check_model_outputs(ep: torch.export.ExportedProgram) -> None:
+    """A program returns tensors, in order: a model returning a dict, or a None or a
+    number among its outputs, is refused before anything is compiled (it would fail only
+    when its outputs are first compared)."""
+    def dicts(spec):
+        if spec.type is dict or (isinstance(spec.type, type) and issubclass(spec.type, dict)):
+            yield spec
+        for child in spec.children():
+            yield from dicts(child)
+
+    found = next(dicts(ep.call_spec.out_spec), None)
+    if found is not None:
+        keys = ", ".join(repr(k) for k in found.context)
+        raise UnsupportedModelError(
+            f"the model returns a dict (keys {keys}); a program's outputs are tensors in "
+            "order: return a tuple of tensors instead (e.g. tuple(out.values()))")
+    out = next(n for n in ep.graph.nodes if n.op == "output")
+    for i, value in enumerate(out.args[0]):
+        val = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
+        if not isinstance(val, torch.Tensor):
+            raise UnsupportedModelError(
+                f"output {i} of the model is {'None' if val is None else type(val).__name__}"
+                "; a program's outputs are tensors: return only the tensors")

@@ -41,9 +41,7 @@ def check_arguments(example_inputs, target, calibration, npu_compiler,
     tgt = get_target(target)
     check_io(io)
     check_memory(memory, tgt)
-    if npu_compiler not in COMPILER_NAMES:
-        raise ConfigError(f"unknown npu_compiler {npu_compiler!r}; choose one of: "
-                          f"{', '.join(COMPILER_NAMES)}")
+    check_npu_compiler(npu_compiler, tgt)
     example_inputs = as_inputs(example_inputs)
     if calibration is None:
         warnings.warn("no calibration data: calibrating on the example inputs alone, so "
@@ -57,6 +55,19 @@ def check_arguments(example_inputs, target, calibration, npu_compiler,
     return Arguments(tgt, example_inputs, samples,
                      PlanOptions(tuple(operators_not_to_delegate), npu_compiler), io,
                      accuracy_samples, memory)
+
+
+def check_npu_compiler(name, target: Target) -> str:
+    """``name`` if it is "auto", "reference" or the vendor compiler of ``target``'s NPU,
+    else ConfigError saying which ones fit."""
+    fitting = ("auto", "reference", target.npu.vendor_compiler)
+    if name not in COMPILER_NAMES:
+        raise ConfigError(f"unknown npu_compiler {name!r}; choose one of: "
+                          f"{', '.join(COMPILER_NAMES)}")
+    if name not in fitting:
+        raise ConfigError(f"npu_compiler {name!r} does not compile for target {target.name} "
+                          f"({target.npu.name}); choose one of: {', '.join(fitting)}")
+    return name
 
 
 def check_memory(memory, target: Target) -> str:

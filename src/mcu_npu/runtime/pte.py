@@ -18,6 +18,7 @@ import torch
 from ..errors import ConfigError, InputError, InvalidProgramError, McuNpuError
 from .delegates import call_delegate, output_counts
 from .kernels import Boxed, Frame, dtype_of, resolve
+from .structure import check_program
 
 
 __all__ = ["InputSpec", "Program", "load"]
@@ -98,6 +99,8 @@ def _deserialize(data: bytes):
             f"cannot parse the program: {type(exc).__name__}: {exc}") from exc
     if not pte.program.execution_plan:
         raise InvalidProgramError("the program has no methods")
+    with _corrupt_as("the program is corrupt"):
+        check_program(pte)  # before any runtime, the host's or ExecuTorch's, uses it
     return pte
 
 
@@ -163,6 +166,13 @@ class Program:
         plan = self._plan(method)
         with _corrupt_as(f"the inputs of method '{method}' are corrupt"):
             return [InputSpec(*input_spec(plan.values[i].val)) for i in plan.inputs]
+
+    def input_dim_orders_of(self, method: str) -> list[tuple[int, ...] | None]:
+        """The dim order of each tensor input of ``method`` (None for a scalar input)."""
+        plan = self._plan(method)
+        return [tuple(int(d) for d in plan.values[i].val.dim_order)
+                if type(plan.values[i].val).__name__ == "Tensor" else None
+                for i in plan.inputs]
 
     def run(self, *inputs, method: str = "forward", observer=None) -> list[torch.Tensor]:
         """Execute `method` on `inputs`; the outputs are fresh tensors, not runtime memory.

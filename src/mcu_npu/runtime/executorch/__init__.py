@@ -41,6 +41,7 @@ class ExecutorchProgram:
 
         self._named_data = program.named_data
         self._input_specs = {m: program.input_specs_of(m) for m in program.method_names}
+        self._dim_orders = {m: program.input_dim_orders_of(m) for m in program.method_names}
         bridge.provide_kernels(program.kernel_names)
         try:
             self._et = Runtime.get().load_program(program.data)
@@ -69,15 +70,26 @@ class ExecutorchProgram:
                               f"{', '.join(self._input_specs)})")
         pte.check_inputs(method, self._input_specs[method], inputs)
         loaded = self._method(method)
+        inputs = [in_dim_order(x, order) for x, order in zip(inputs, self._dim_orders[method])]
         bridge.clear_error()
         try:
-            outputs = loaded.execute(list(inputs))
+            outputs = loaded.execute(inputs)
         except Exception as exc:
             bridge.raise_failure(exc)
             raise InvalidProgramError(
                 f"method '{method}' failed in ExecuTorch's runtime: "
                 f"{bridge.last_error() or f'{type(exc).__name__}: {exc}'}") from exc
         return [o.clone() if isinstance(o, torch.Tensor) else torch.tensor(o) for o in outputs]
+
+
+def in_dim_order(x, order: tuple[int, ...] | None):
+    """``x`` laid out in memory in the dim order the program's input has: the runtime copies
+    an input's memory as it is, so any other layout (a channels-last tensor for a
+    contiguous input) would be read as if it were that order."""
+    if order is None or not isinstance(x, torch.Tensor):
+        return x
+    inverse = [order.index(d) for d in range(len(order))]
+    return x.permute(order).contiguous().permute(inverse)
 
 
 def run_with(runtime: str, program: pte.Program, inputs: Sequence,
