@@ -384,8 +384,8 @@ def test_run_and_report_check_their_output_paths_first(tiny, tmp_path, capsys):
 def test_a_failing_model_factory_is_one_line_naming_it(tmp_path, capsys):
     models = tmp_path / "models.py"
     models.write_text(MODELS)
-    assert cli.main(["compile", f"{models}:failing", "-o", str(tmp_path / "m.pte")]) == \
-        cli.EXIT_ERROR
+    assert cli.main(["compile", f"{models}:failing", "-q", "-o", str(tmp_path / "m.pte")]) == \
+        cli.EXIT_ERROR  # -q: no progress lines, so stderr holds the error alone
     assert capsys.readouterr().err == (f"mcu-npu: error: the model factory {models}:failing "
                                        "failed: ValueError: no weights found\n")
 
