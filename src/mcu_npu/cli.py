@@ -31,9 +31,11 @@ NPU_COMPILERS = {
 
 def _quiet() -> None:
     """What reaches the terminal: mcu-npu's warnings as one line each, as they happen (so the
-    ones about the arguments come before the work); the third-party notices nobody can act
-    on are dropped where they are logged (``upstream.noise``, installed by ``import
-    mcu_npu``)."""
+    ones about the arguments come before the work), every time, whatever filters the
+    calling process set; the third-party notices nobody can act on are dropped where they
+    are logged (``upstream.noise``, installed by ``import mcu_npu``). Called inside
+    ``warnings.catch_warnings()``, which restores both."""
+    warnings.filterwarnings("always", category=UserWarning, module=r"mcu_npu")
     warnings.showwarning = _show_warning
 
 
@@ -474,7 +476,12 @@ def _first_line(exc: BaseException) -> str:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    _quiet()
+    with warnings.catch_warnings():
+        _quiet()
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
