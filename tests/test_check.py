@@ -152,3 +152,65 @@ def test_a_delegate_tensor_in_another_memory_order_is_refused(monkeypatch):
                            match=r"input 0: the program hands it in dim order \(0, 1, 2, 3\), "
                                  r"its partition was converted for \(0, 2, 3, 1\)"):
             mcu_npu.compile(model, example, "corstone-300", calibration=calibration)
+
+
+def _schema(val) -> tuple:
+    """A value or instruction, deserialized by ExecuTorch or read by ``firmware.tables``."""
+    kind = type(val).__name__
+    if kind == "Tensor":
+        info = val.allocation_info
+        if info is not None and not isinstance(info, tuple):
+            info = (info.memory_id, info.memory_offset_low, info.memory_offset_high)
+        return (kind, tuple(val.sizes), tuple(val.dim_order), int(val.scalar_type),
+                val.data_buffer_idx, info)
+    if kind in ("KernelCall", "DelegateCall"):
+        return kind, val.op_index if kind == "KernelCall" else val.delegate_index, \
+            tuple(val.args)
+    if kind == "MoveCall":
+        return kind, val.move_from, val.move_to
+    return ("Other",)
+
+
+def test_the_flatbuffer_reader_reads_what_executorch_deserializes(ethos_u, neutron):
+    """``check`` reads the ``.pte`` without torch (``firmware.tables``): every value, every
+    instruction, every delegate's processed bytes and the named data are what ExecuTorch's
+    own deserializer gives, and the delegate calls split as the host runtime splits them."""
+    from mcu_npu.firmware.check import delegate_calls, read_program
+    from mcu_npu.firmware.tables import program_tables
+    from mcu_npu.runtime.delegates import delegate_call_sites
+
+    from executorch.exir._serialize import _program
+    from executorch.exir._serialize._named_data_store import NamedDataStore
+
+    host_only = compile_for("imxrt700")
+    pte_file = _program.deserialize_pte_binary(ethos_u[0].buffer)  # named data in the .pte
+    store = NamedDataStore()
+    store.add_named_data("a.key", b"named " * 7)
+    store.add_named_data("b", bytes(range(40)))
+    pte_file.named_data = store.get_named_data_store_output()
+    with_named = bytes(_program.serialize_pte_binary(pte_file, extract_delegate_segments=True))
+    assert len(load(with_named).device_named_data) == 2
+    for buffer in (ethos_u[0].buffer, neutron.buffer, host_only.buffer, with_named):
+        loaded = load(buffer)
+        pte = loaded._pte.program
+        plans, named = program_tables(buffer)
+        assert named == loaded.device_named_data
+        assert [p.name for p in plans] == [p.name for p in pte.execution_plan]
+        want_calls = []
+        for plan, want in zip(plans, pte.execution_plan):
+            assert plan.inputs == tuple(want.inputs)
+            assert plan.operators == [f"{o.name}.{o.overload}" if o.overload else o.name
+                                      for o in want.operators]
+            assert [_schema(v.val) for v in plan.values] == \
+                [_schema(v.val) for v in want.values]
+            assert [[_schema(i.instr_args) for i in c.instructions] for c in plan.chains] == \
+                [[_schema(i.instr_args) for i in c.instructions] for c in want.chains]
+            assert [(d.id, d.processed) for d in plan.delegates] == \
+                [(d.id, bytes(pte.backend_delegate_data[d.processed.index].data))
+                 for d in want.delegates]
+            for site in delegate_call_sites(pte, want, loaded.named_data):
+                want_calls.append((len(want_calls), site.delegate.id, site.processed, *(
+                    [tuple(_schema(want.values[i].val)[1:4]) for i in part
+                     if type(want.values[i].val).__name__ == "Tensor"]
+                    for part in (site.inputs, site.outputs))))
+        assert want_calls and delegate_calls(read_program(buffer)) == want_calls

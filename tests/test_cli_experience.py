@@ -1,7 +1,7 @@
 """The command line as a user meets it: a ``.pt2`` compiles (CLI and API), a compile shows
 its stages with elapsed time and none of the third-party notices nobody can act on, the
-no-calibration warning comes before the work, ``report``, ``targets`` and ``--version`` load
-neither torch nor ExecuTorch, and ``--help`` states the defaults."""
+no-calibration warning comes before the work, ``report``, ``check``, ``targets`` and
+``--version`` load neither torch nor ExecuTorch, and ``--help`` states the defaults."""
 
 from __future__ import annotations
 
@@ -97,9 +97,9 @@ def test_a_pt2_without_a_program_is_refused_in_one_line(tmp_path):
 QUICK = [["targets"], ["--version"], ["report", "{pte}"], ["report", "{pte}", "--json"]]
 
 
-@pytest.mark.parametrize("argv", QUICK, ids=" ".join)
-def test_quick_commands_import_neither_torch_nor_executorch(argv, cli_compile):
-    _, pte = cli_compile
+def run_fresh(*argv) -> tuple[subprocess.CompletedProcess, str, str]:
+    """``mcu-npu *argv`` in a fresh interpreter: the process, what it printed, and which of
+    torch, ExecuTorch and torchao it had imported by the end."""
     code = ("import sys\n"
             "from mcu_npu.cli import main\n"
             "try:\n"
@@ -109,14 +109,47 @@ def test_quick_commands_import_neither_torch_nor_executorch(argv, cli_compile):
             "print('IMPORTED', sorted(m for m in ('torch', 'executorch', 'torchao') "
             "if m in sys.modules))\n"
             "sys.exit(code or 0)\n")
-    done = subprocess.run([sys.executable, "-c", code, *(a.format(pte=pte) for a in argv)],
+    done = subprocess.run([sys.executable, "-c", code, *map(str, argv)],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
     printed, imported = done.stdout.rsplit("IMPORTED ", 1)
-    assert imported.strip() == "[]", imported
+    return done, printed, imported.strip()
+
+
+@pytest.mark.parametrize("argv", QUICK, ids=" ".join)
+def test_quick_commands_import_neither_torch_nor_executorch(argv, cli_compile):
+    _, pte = cli_compile
+    done, printed, imported = run_fresh(*(a.format(pte=pte) for a in argv))
+    assert done.returncode == 0, done.stderr
+    assert imported == "[]", imported
     if argv[0] == "report":  # the same report the full load gives
         report = mcu_npu.load(pte).report
         assert printed.strip() == (report.to_json() if "--json" in argv else str(report)).strip()
+
+
+def test_check_imports_neither_torch_nor_executorch(cli_compile, tmp_path):
+    """``check`` reads the .pte with the flatbuffers runtime alone and says what it said
+    when it loaded the program with ExecuTorch: nothing on the board the program was compiled
+    for, one line per problem (exit 1) elsewhere or on a program calling a missing kernel."""
+    _, pte = cli_compile
+    data = pte.read_bytes()
+    assert data.count(b"cortex_m::quantize_per_tensor") == 1
+    broken = tmp_path / "broken.pte"  # an operator name no kernel library has, same length
+    broken.write_bytes(data.replace(b"cortex_m::quantize_per_tensor",
+                                    b"cortex_m::quantize_per_tensoX"))
+    kernel = ("cortex_m.quantize_per_tensoX: no kernel for cortex_m::quantize_per_tensoX.out "
+              "on {t}: the ExecuTorch Cortex-M (CMSIS-NN) kernels have no "
+              "cortex_m::quantize_per_tensoX.out")
+    other_npu = ("delegate 0 (EthosUBackend): target imxrt700 runs NeutronBackend delegates, "
+                 "not EthosUBackend")
+    for program, target, lines in (
+            (pte, "corstone-300", ["no problem found for corstone-300's board"]),
+            (pte, "imxrt700", [other_npu]),
+            (broken, "corstone-300", [kernel.format(t="corstone-300")]),
+            (broken, "imxrt700", [other_npu, kernel.format(t="imxrt700")])):
+        done, printed, imported = run_fresh("check", program, "--target", target)
+        assert imported == "[]", imported
+        assert printed.splitlines() == [f"{program}: {line}" for line in lines], done.stderr
+        assert done.returncode == (0 if lines[0].startswith("no problem") else 1)
 
 
 def test_version_and_help_state_the_defaults():

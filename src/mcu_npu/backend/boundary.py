@@ -14,7 +14,6 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ..device.delegate_io import NpuTensor, io_problems
 from ..device.payload import is_container
@@ -50,6 +49,8 @@ def refused_calls(exported_program,
                   kind: NpuKind) -> list[tuple[LoweredBackendModule, list[str]]]:
     """Each delegate call of ``exported_program`` (lowered, its partitions' graphs still
     held) that ``kind``'s device runtime would refuse or misread, with the reasons."""
+    import torch
+
     gm = exported_program.graph_module
     found = []
     for node in gm.graph.nodes:

@@ -30,7 +30,6 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-import torch
 
 from ..errors import InvalidProgramError
 from ..targets import NpuKind
@@ -158,8 +157,9 @@ def to_npu(memory: np.ndarray, sizes, src: Perm, dst: Perm) -> np.ndarray:
 
 # EthosUBackend.cpp copies Int (4 bytes), Char / Byte / Bool (1) and Short (2) tensors into
 # an NPU input whose element size matches; any other type, float included, is InvalidProgram.
-ETHOS_U_ELEMENT_SIZES = {torch.int32: 4, torch.int8: 1, torch.uint8: 1, torch.int16: 2,
-                         torch.bool: 1}
+# Keyed by the dtype's name: a torch dtype or a ``device.pte_file.ScalarType`` (no torch).
+ETHOS_U_ELEMENT_SIZES = {"torch.int32": 4, "torch.int8": 1, "torch.uint8": 1, "torch.int16": 2,
+                         "torch.bool": 1}
 
 
 class NpuTensor(NamedTuple):
@@ -169,11 +169,11 @@ class NpuTensor(NamedTuple):
     elem_size: int
 
 
-def ethos_u_input_problem(i: int, dtype: torch.dtype, numel: int,
+def ethos_u_input_problem(i: int, dtype, numel: int,
                           npu: NpuTensor) -> str | None:
     """Why ``EthosUBackend.cpp`` refuses a ``dtype`` tensor of ``numel`` elements as NPU
     input ``i`` (None: it copies it)."""
-    if ETHOS_U_ELEMENT_SIZES.get(dtype) != npu.elem_size:
+    if ETHOS_U_ELEMENT_SIZES.get(str(dtype)) != npu.elem_size:
         return (f"Ethos-U input {i} is {dtype} for a {npu.elem_size}-byte NPU input: the "
                 "runtime copies only int32 (4 bytes), int8/uint8/bool (1 byte) and int16 "
                 "(2 bytes) tensors whose size matches, and refuses this program")
@@ -192,12 +192,12 @@ def ethos_u_output_problem(i: int, nbytes: int, npu: NpuTensor) -> str | None:
     return None
 
 
-def neutron_problem(kind: str, i: int, dtype: torch.dtype, numel: int,
+def neutron_problem(kind: str, i: int, dtype, numel: int,
                     npu: NpuTensor) -> str | None:
     """Why a ``dtype`` tensor of ``numel`` elements cannot be Neutron ``kind`` ``i``:
     ``NeutronBackend.cpp`` hands the NPU the tensor's bytes (or transposes them element by
     element), so the element size and count must be the NPU tensor's."""
-    size = torch.empty(0, dtype=dtype).element_size()
+    size = dtype.itemsize
     if (size, numel) != (npu.elem_size, npu.count):
         return (f"Neutron {kind} {i} is {numel} x {dtype} ({size} bytes each) for an NPU "
                 f"tensor of {npu.count} x {npu.elem_size}-byte elements: the runtime "
@@ -222,7 +222,7 @@ def io_problems(kind: NpuKind, inputs, outputs, npu_inputs: "list[NpuTensor]",
     for i, ((dtype, sizes), npu) in enumerate(zip(outputs, npu_outputs)):
         numel = math.prod(int(d) for d in sizes)
         if kind is NpuKind.ETHOS_U:
-            nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+            nbytes = numel * dtype.itemsize
             found.append(ethos_u_output_problem(i, nbytes, npu))
         else:
             found.append(neutron_problem("output", i, dtype, numel, npu))

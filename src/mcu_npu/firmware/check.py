@@ -14,29 +14,83 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import NamedTuple
 
 from ..errors import InvalidProgramError
+
+
+class ProgramFile(NamedTuple):
+    """A ``.pte`` as ``check`` reads it, with the flatbuffers runtime alone (no torch): its
+    bytes, execution plans (``firmware.tables.Plan``) and named data (its own, then its
+    companion's)."""
+
+    data: bytes
+    plans: list
+    named_data: dict[str, bytes]
+
+
+def read_program(data: bytes, host_data: dict[str, bytes] | None = None) -> ProgramFile:
+    """``data`` read as a ``.pte`` (InvalidProgramError when it is none)."""
+    from ..device.pte_file import envelope_problem
+    from .tables import program_tables
+
+    problem = envelope_problem(data)
+    if problem is not None:
+        raise InvalidProgramError(problem)
+    try:
+        plans, named = program_tables(data)
+    except Exception as exc:  # flatbuffers and slicing raise many types on corrupt data
+        raise InvalidProgramError(
+            f"cannot parse the program: {type(exc).__name__}: {exc}") from exc
+    if not plans:
+        raise InvalidProgramError("the program has no methods")
+    return ProgramFile(bytes(data), plans, {**named, **(host_data or {})})
 
 
 def delegate_calls(program):
     """Per delegate call of every method: (index, backend id, processed bytes, input tensors,
     output tensors), each tensor (sizes, dim order, scalar type) as the ``.pte`` holds it and
-    the arguments split as the device runtime splits them (by the payload's input count)."""
-    from ..runtime.delegates import delegate_call_sites
+    the arguments split as the device runtime splits them (by the payload's input count).
+    ``program``: a ``ProgramFile`` or anything with the ``.pte`` bytes as ``data`` and its
+    ``named_data`` (a ``runtime.pte.Program``)."""
+    from ..device.delegate_calls import input_split, output_counts
+    from ..npu import ethosu_payload, neutron_payload
 
-    pte = program._pte.program
+    if not isinstance(program, ProgramFile):
+        program = read_program(program.data, program.named_data)
+    input_counts = {"NeutronBackend": neutron_payload.input_count,
+                    "EthosUBackend": ethosu_payload.input_count}  # as the device runtimes
     calls = []
-    for plan in pte.execution_plan:
-        for site in delegate_call_sites(pte, plan, program.named_data):
-            tensors = [[_described(plan.values[i].val) for i in part
-                        if type(plan.values[i].val).__name__ == "Tensor"]
-                       for part in (site.inputs, site.outputs)]
-            calls.append((len(calls), site.delegate.id, site.processed, *tensors))
+    for plan in program.plans:
+        counts = output_counts(plan)
+        for c, chain in enumerate(plan.chains):
+            for pc, instruction in enumerate(chain.instructions):
+                call = instruction.instr_args
+                if type(call).__name__ != "DelegateCall":
+                    continue
+                delegate = plan.delegates[call.delegate_index]
+                args = list(call.args)
+                split = input_split(delegate.id, delegate.processed, program.named_data,
+                                    len(args), counts[c, pc], input_counts)
+                tensors = [[_described(plan.values[i].val) for i in part
+                            if type(plan.values[i].val).__name__ == "Tensor"]
+                           for part in (args[:split], args[split:])]
+                calls.append((len(calls), delegate.id, delegate.processed, *tensors))
     return calls
 
 
 def _described(val) -> tuple:
     return tuple(val.sizes), tuple(val.dim_order), int(val.scalar_type)
+
+
+def _dtype(code: int):
+    """The element type (``device.pte_file.ScalarType``) of a ScalarType code."""
+    from ..device.pte_file import scalar_type
+
+    try:
+        return scalar_type(code)
+    except ValueError as exc:
+        raise InvalidProgramError(str(exc)) from None
 
 
 def neutron_problems(data: bytes, inputs, outputs) -> list[str]:
@@ -90,7 +144,6 @@ def ethos_u_problems(data: bytes, inputs, outputs, target=None) -> list[str]:
     payload, or these delegate tensors."""
     from ..device.delegate_io import NpuTensor, io_problems
     from ..npu import ethosu_payload
-    from ..runtime.kernels import dtype_of
     from ..targets import NpuKind
 
     try:
@@ -108,7 +161,7 @@ def ethos_u_problems(data: bytes, inputs, outputs, target=None) -> list[str]:
                             f"(architecture {want[0]}.x, {want[1]} MACs per cycle)")
 
     def described(tensors):
-        return [(dtype_of(scalar_type), sizes) for sizes, _, scalar_type in tensors]
+        return [(_dtype(scalar_type), sizes) for sizes, _, scalar_type in tensors]
 
     def npu(ios):
         return [NpuTensor(math.prod(io.shape), io.elem_size) for io in ios]
@@ -168,7 +221,6 @@ def io_problems_of(program, backends=("EthosUBackend", "NeutronBackend")) -> lis
     from ..backend.boundary import npu_tensors
     from ..device.delegate_io import NpuTensor, io_problems
     from ..device.payload import find_host_graph, is_container, unpack_reference
-    from ..runtime.kernels import dtype_of
     from ..targets import NpuKind
 
     kinds = {"EthosUBackend": NpuKind.ETHOS_U, "NeutronBackend": NpuKind.NEUTRON}
@@ -184,7 +236,7 @@ def io_problems_of(program, backends=("EthosUBackend", "NeutronBackend")) -> lis
         except InvalidProgramError as exc:
             found.append(f"delegate {index} ({backend}): {exc}")
             continue
-        tensors = [[(dtype_of(t), sizes) for sizes, _, t in part] for part in (inputs, outputs)]
+        tensors = [[(_dtype(t), sizes) for sizes, _, t in part] for part in (inputs, outputs)]
         found += [f"delegate {index} ({backend}): {p}" for p in io_problems(
             kind, *tensors, [NpuTensor(*t) for t in npu["inputs"]],
             [NpuTensor(*t) for t in npu["outputs"]])]
@@ -196,18 +248,17 @@ def check_program(source, target_name: str, companion_file=None) -> list[str]:
     ``target_name``'s board; empty when none is found. Its companion (``companion_file``, or
     the one beside a path when there is one) adds the partitions' graphs (layouts) and the
     report's placements."""
-    from ..backend.delegate import backend_for
+    from ..device.pte_file import read_bytes
     from .kernels_list import kernel_list, problems as kernel_problems
     from ..report import Report
-    from ..runtime.pte import Program, read_bytes
     from ..targets import get_target
     from . import companion
 
     target = get_target(target_name)
     data = read_bytes(source)
     pair, _ = companion.resolve(source, data, companion_file)
-    program = Program(data, pair.host_data if pair is not None else None)
-    device_id = backend_for(target.npu.kind).device_id
+    program = read_program(data, pair.host_data if pair is not None else None)
+    device_id = target.npu.kind.device_backend
     found = []
     for index, backend, data, inputs, outputs in delegate_calls(program):
         where = f"delegate {index} ({backend})"
@@ -223,6 +274,6 @@ def check_program(source, target_name: str, companion_file=None) -> list[str]:
     if report is None and raw is not None:
         report = Report.from_json(raw)
     placements = report.ops if report is not None else ()
-    uses = [u for u in kernel_list(program, target) if u.library != "delegate"]
+    uses = [u for u in kernel_list(program.data, target) if u.library != "delegate"]
     found += kernel_problems(uses, target, placements)
     return found

@@ -130,3 +130,15 @@ def parse(blob: bytes) -> VelaBinStream:
         scratch_size=struct.unpack("<I", data["scratch_size"])[0],
         inputs=_unpack_ios("inputs", data["inputs"]),
         outputs=_unpack_ios("outputs", data["outputs"]))
+
+
+def input_count(processed: bytes, named_data) -> int:
+    """How many leading delegate arguments are inputs: ``EthosUBackend.cpp`` reads inputs
+    from ``args[0 .. handles.inputs->count)`` and outputs after them, the counts from the
+    Vela payload's input records (a reference payload's graph: its inputs)."""
+    from ..device.payload import is_container, unpack_reference
+
+    processed = bytes(processed)
+    if is_container(processed):
+        return len(unpack_reference(processed)[0].inputs)
+    return len(parse(processed).inputs)

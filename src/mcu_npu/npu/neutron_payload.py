@@ -158,3 +158,43 @@ def parse(blob: bytes) -> NeutronPayload:
         weights=blob[weights_at:weights_at + info.weights_size],
         kernels=blob[kernels_at:],
     )
+
+
+@dataclass(frozen=True)
+class NeutronIO:
+    input_formats: tuple[int, ...]
+    output_formats: tuple[int, ...]
+    input_map: tuple[int, ...]
+    output_map: tuple[int, ...]
+    num_input_args: int
+
+
+def neutron_io(processed: bytes, model, meta) -> NeutronIO:
+    """The format flags, argument maps and input-argument count of a Neutron payload; of a
+    reference payload (``model`` and ``meta``: its graph and metadata), those it records."""
+    from ..device.payload import is_container
+
+    if is_container(processed):
+        formats = meta.get("neutron_formats")
+        if formats is None:
+            raise InvalidProgramError("the Neutron delegate's payload records no format flags "
+                                      "(it was compiled for another NPU)")
+        return NeutronIO(tuple(formats["inputs"]), tuple(formats["outputs"]),
+                         tuple(range(len(model.inputs))), tuple(range(len(model.outputs))),
+                         len(model.inputs))
+    fields = parse(processed)
+    return NeutronIO(fields.input_formats, fields.output_formats, fields.input_map,
+                     fields.output_map, fields.num_input_args)
+
+
+def input_count(processed: bytes, named_data) -> int:
+    """How many leading delegate arguments are inputs: ``NeutronBackend.cpp`` reads inputs
+    through ``inputMap`` and outputs at ``args[numInputArgs + outputMap[i]]``, the count
+    from the payload's header (a reference payload's graph: its inputs)."""
+    from ..device.payload import is_container, unpack_reference
+
+    processed = bytes(processed)
+    if not is_container(processed):
+        return parse(processed).num_input_args
+    model, meta = unpack_reference(processed)
+    return neutron_io(processed, model, meta).num_input_args

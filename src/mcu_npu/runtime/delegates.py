@@ -14,6 +14,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
+from ..device.delegate_calls import input_split as split_by, output_counts
 from ..errors import InvalidProgramError
 
 
@@ -97,49 +98,11 @@ def registered_backends() -> list[str]:
     return sorted(_EMULATORS)
 
 
-def output_counts(plan) -> dict[tuple[int, int], int]:
-    """How many trailing args of each DelegateCall, keyed by (chain, instruction), are outputs.
-
-    The .pte does not record it. A delegate's results are fresh values that nothing has
-    written yet, while its inputs were loaded or computed before the call.
-    """
-    written = set(plan.inputs) | _preset_values(plan)
-    counts = {}
-    for c, chain in enumerate(plan.chains):
-        for pc, instruction in enumerate(chain.instructions):
-            call = instruction.instr_args
-            kind = type(call).__name__
-            if kind == "DelegateCall":
-                trailing = 0
-                for arg in reversed(call.args):
-                    if arg in written:
-                        break
-                    trailing += 1
-                counts[c, pc] = trailing
-                written.update(call.args)
-            elif kind == "KernelCall":
-                written.update(call.args)
-            elif kind == "MoveCall":
-                written.add(call.move_to)
-    return counts
-
-
-def _preset_values(plan) -> set[int]:
-    """Values that hold data before any instruction: scalars, lists, constant tensors."""
-    return {i for i, evalue in enumerate(plan.values)
-            if type(evalue.val).__name__ != "Tensor" or evalue.val.data_buffer_idx > 0
-            or (evalue.val.allocation_info is None and list(evalue.val.sizes) == [0])}
-
-
 def input_split(backend_id: str, processed: bytes, named_data: dict[str, bytes], n_args: int,
                 n_outputs: int) -> int:
-    """How many leading arguments of a delegate call are its inputs: the count the device
-    runtime reads from the payload (``EthosUBackend.cpp``, ``NeutronBackend.cpp``), else
-    the program-inferred split (``n_outputs``, from ``output_counts``)."""
-    count = _INPUT_COUNTS.get(backend_id)
-    if count is not None:
-        return min(count(bytes(processed), named_data), n_args)
-    return n_args - n_outputs
+    """How many leading arguments of a delegate call are its inputs, by the registered
+    emulators' input counts (``device.delegate_calls.input_split``)."""
+    return split_by(backend_id, processed, named_data, n_args, n_outputs, _INPUT_COUNTS)
 
 
 class DelegateCallSite(NamedTuple):

@@ -13,6 +13,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
+from ..device.pte_file import SCALAR_TYPES
 from ..errors import InvalidProgramError
 from ..upstream.patches import import_cortex_m_ops
 
@@ -20,15 +21,7 @@ Kernel = Callable[["Frame", Sequence[int]], None]
 
 
 # ExecuTorch's ScalarType codes (they match c10's) and the torch dtypes they stand for.
-_DTYPES = {
-    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
-    5: torch.float16, 6: torch.float32, 7: torch.float64, 8: torch.complex32,
-    9: torch.complex64, 10: torch.complex128, 11: torch.bool, 12: torch.qint8,
-    13: torch.quint8, 14: torch.qint32, 15: torch.bfloat16, 16: torch.quint4x2,
-    17: torch.quint2x4, 22: torch.bits16, 23: torch.float8_e5m2, 24: torch.float8_e4m3fn,
-    25: torch.float8_e5m2fnuz, 26: torch.float8_e4m3fnuz, 27: torch.uint16,
-    28: torch.uint32, 29: torch.uint64,
-}
+_DTYPES = {code: getattr(torch, name) for code, (name, _) in SCALAR_TYPES.items()}
 
 
 def dtype_of(scalar_type: int) -> torch.dtype:

@@ -38,7 +38,9 @@ from ..device.delegate_io import (NpuTensor, ethos_u_input_problem,
                                   neutron_problem, to_npu)
 from ..errors import HostDataMissingError, InvalidProgramError
 from ..npu import ethosu_payload as bin_stream
-from ..npu import neutron_payload as nxp
+from ..npu.ethosu_payload import input_count as ethos_u_input_count  # noqa: F401
+from ..npu.neutron_payload import neutron_io
+from ..npu.neutron_payload import input_count as neutron_input_count  # noqa: F401
 from ..device.payload import find_host_graph, is_container, unpack_reference
 from .delegates import DeviceTensor
 from .litert import TensorValue, interpreter, op_outputs
@@ -201,30 +203,6 @@ def run_ethos_u(processed: bytes, compile_specs, named_data, inputs: list[Device
         arg.write_memory(_result(interp, spec.index))
 
 
-@dataclass(frozen=True)
-class NeutronIO:
-    input_formats: tuple[int, ...]
-    output_formats: tuple[int, ...]
-    input_map: tuple[int, ...]
-    output_map: tuple[int, ...]
-    num_input_args: int
-
-
-def neutron_io(processed: bytes, model, meta) -> NeutronIO:
-    """The format flags, argument maps and input-argument count of a Neutron payload."""
-    if is_container(processed):
-        formats = meta.get("neutron_formats")
-        if formats is None:
-            raise InvalidProgramError("the Neutron delegate's payload records no format flags "
-                                      "(it was compiled for another NPU)")
-        return NeutronIO(tuple(formats["inputs"]), tuple(formats["outputs"]),
-                          tuple(range(len(model.inputs))), tuple(range(len(model.outputs))),
-                          len(model.inputs))
-    fields = nxp.parse(processed)
-    return NeutronIO(fields.input_formats, fields.output_formats, fields.input_map,
-                      fields.output_map, fields.num_input_args)
-
-
 def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[DeviceTensor],
                 outputs: list[DeviceTensor]) -> None:
     """One Neutron delegate call: flagged transposes in, NPU (LiteRT), flagged transposes out."""
@@ -263,25 +241,3 @@ def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[Device
         element = torch.empty(0, dtype=arg.tensor.dtype).numpy().dtype
         arg.write_memory(to_npu(result.view(np.uint8).view(element), arg.sizes, order,
                                 arg.dim_order))
-
-
-
-def ethos_u_input_count(processed: bytes, named_data) -> int:
-    """How many leading delegate arguments are inputs: ``EthosUBackend.cpp`` reads inputs
-    from ``args[0 .. handles.inputs->count)`` and outputs after them, the counts from the
-    Vela payload's input and output records."""
-    processed = bytes(processed)
-    if is_container(processed):
-        return len(unpack_reference(processed)[0].inputs)
-    return len(bin_stream.parse(processed).inputs)
-
-
-def neutron_input_count(processed: bytes, named_data) -> int:
-    """How many leading delegate arguments are inputs: ``NeutronBackend.cpp`` reads inputs
-    through ``inputMap`` and outputs at ``args[numInputArgs + outputMap[i]]``, the count
-    from the payload's header."""
-    processed = bytes(processed)
-    if not is_container(processed):
-        return nxp.parse(processed).num_input_args
-    model, meta, _ = npu_graph(processed, named_data)
-    return neutron_io(processed, model, meta).num_input_args

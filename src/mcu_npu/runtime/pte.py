@@ -16,6 +16,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from ..errors import ConfigError, InputError, InvalidProgramError, McuNpuError
+from ..device.pte_file import envelope_problem, read_bytes
 from .delegates import call_delegate, output_counts
 from .kernels import Boxed, Frame, dtype_of, resolve
 from .structure import check_program
@@ -29,9 +30,6 @@ class InputSpec(NamedTuple):
 
     shape: tuple[int, ...] | None
     dtype: torch.dtype | type
-
-
-_IDENTIFIER = b"ET12"  # the flatbuffer file_identifier of program.fbs
 
 
 @contextlib.contextmanager
@@ -51,45 +49,10 @@ def load(source, host_data: dict[str, bytes] | None = None) -> "Program":
     return Program(read_bytes(source), host_data)
 
 
-def read_bytes(source, what: str = "program") -> bytes:
-    """The bytes of a ``what`` (a program, a bundled program) given as bytes or as a file
-    path (InvalidProgramError when the file cannot be read)."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return bytes(source)
-    if isinstance(source, (str, os.PathLike)):
-        try:
-            with open(source, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            raise InvalidProgramError(f"{what} file '{os.fspath(source)}' not found") from None
-        except OSError as exc:
-            raise InvalidProgramError(
-                f"cannot read {what} file '{os.fspath(source)}': {exc}") from exc
-    raise TypeError(f"load() takes bytes or a path, not {type(source).__name__}")
-
-
-def _check_envelope(data: bytes) -> None:
-    """Refuse what is not a whole .pte before the flatbuffer parser sees it."""
-    if len(data) < 8:
-        raise InvalidProgramError(f"{len(data)} bytes are too few to be an ExecuTorch program")
-    if data[4:8] != _IDENTIFIER:
-        raise InvalidProgramError(
-            f"not an ExecuTorch program: file identifier {bytes(data[4:8])!r}, "
-            f"expected {_IDENTIFIER!r}")
-    if data[8:12] != b"eh00" or len(data) < 40:
-        return
-    field = lambda at: int.from_bytes(data[at:at + 8], "little")  # noqa: E731
-    program_size, segment_base = field(16), field(24)
-    segment_size = field(32) if int.from_bytes(data[12:16], "little") > 24 else 0
-    needed = max(program_size, segment_base + segment_size if segment_base else 0)
-    if len(data) < needed:
-        raise InvalidProgramError(
-            f"the program is truncated: its header declares {needed} bytes, the data has "
-            f"{len(data)}")
-
-
 def _deserialize(data: bytes):
-    _check_envelope(data)
+    problem = envelope_problem(data)
+    if problem is not None:
+        raise InvalidProgramError(problem)
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     try:
