@@ -59,7 +59,7 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
                            memory)
     float_model = model.eval() if isinstance(model, torch.nn.Module) else model
-    graph = rewrite(export(float_model, args.example_inputs), args.target)
+    graph = rewrite(export(float_model, args.example_inputs, stacklevel + 1), args.target)
     quantized = quantize_model(graph, args, precision, train_fn, progress, plan)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
     before = copy.deepcopy(quantized.edge) if keep_edges else None
