@@ -2,7 +2,7 @@
 (``int(lengths.max().item())``, as speech libraries build a conformer's padding mask) is
 captured by strict export instead, with a warning saying so; the value, computed from
 constants, becomes the number it is, and the program holds the numerics contract. A size
-computed from an input is refused by name."""
+read from an input is compiled at its example value, with a warning naming the input."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import torch
 
 from helpers import sqnr_holds
 from model_library import measure
-from mcu_npu.errors import UnsupportedModelError
 from mcu_npu.flow.export import export_module
 
 
@@ -60,10 +59,19 @@ def test_a_length_mask_is_captured_by_strict_export_and_its_length_folded():
         torch.testing.assert_close(gm(x), model(x), rtol=1e-5, atol=1e-6)
 
 
-def test_a_length_read_from_an_input_is_refused_by_name():
-    with pytest.raises(UnsupportedModelError, match="depends on the input.*relative_lengths"):
-        with pytest.warns(UserWarning, match="strict torch.export"):
-            export_module(LengthMasked().eval(), (_example(), torch.ones(1)))
+def test_a_length_read_from_an_input_is_compiled_at_its_example_value_with_a_warning():
+    """Lengths given as an input: the program has the padded length of the example (full
+    lengths), and a warning names the input and the value."""
+    model = LengthMasked().eval()
+    full = torch.ones(1)
+    with pytest.warns(UserWarning) as caught:
+        gm = export_module(model, (_example(), full))
+    messages = [str(w.message) for w in caught]
+    assert any("strict torch.export" in m for m in messages), messages
+    assert any("relative_lengths" in m and "compiled as 50" in m for m in messages), messages
+    for seed in range(3):
+        x = _example(seed)
+        torch.testing.assert_close(gm(x, full), model(x, full), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow

@@ -3,9 +3,11 @@
 Non-strict export (tracing the Python code with fake tensors) is tried first. When it stops
 on a data-dependent value, e.g. ``int(lengths.max().item())`` of a length mask, strict export
 (TorchDynamo, which captures the value as a symbol) is tried before giving up, and a warning
-says strict export captured the model. A program has fixed shapes, so each such value must
-follow from constants (a length mask built from an all-ones length): it is computed once and
-put in the graph as the number it is; one that depends on an input fails the export."""
+says strict export captured the model. A program has fixed shapes, so each such value is
+computed once, on the example inputs, and put in the graph as the number it is: exact when it
+follows from constants (a length mask built from an all-ones length); when it depends on an
+input (lengths given as an input), a warning names the input and the value the program
+assumes (the padded length, for the usual example of full-length inputs)."""
 
 from __future__ import annotations
 
@@ -51,26 +53,28 @@ def export_module(model: torch.nn.Module, example_inputs: tuple,
         warnings.warn(f"the model was captured by strict torch.export (TorchDynamo): "
                       f"non-strict export stopped on a data-dependent value ({_first(exc)})",
                       UserWarning, stacklevel=stacklevel + 1)
-        return _specialize(ep.module(check_guards=False), example_inputs)
+        return _specialize(ep.module(check_guards=False), example_inputs, stacklevel + 1)
     return ep.module(check_guards=False)
 
 
 _SCALARS = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)
 
 
-def _specialize(gm: GraphModule, example_inputs: tuple) -> GraphModule:
-    """``gm`` with each ``.item()`` computed from constants replaced by its value, exported
-    again (now without data-dependent values) into a plain graph."""
+def _specialize(gm: GraphModule, example_inputs: tuple, stacklevel: int) -> GraphModule:
+    """``gm`` with each ``.item()`` replaced by its value on ``example_inputs``, exported
+    again (now without data-dependent values) into a plain graph; a warning for each value
+    read from an input."""
     scalars = [n for n in gm.graph.nodes if n.target in _SCALARS]
+    values = _values(gm, scalars, example_inputs)
     for node in scalars:
         inputs = _inputs_of(node)
         if inputs:
-            raise UnsupportedModelError(
-                f"the value of {node.name} ({source_line(node)}) depends on the input(s) "
-                f"{', '.join(inputs)}: a program has fixed shapes, so a size computed from an "
-                f"input cannot be compiled; fix that input in the model (e.g. a wrapper "
-                f"passing a constant length)")
-    values = _values(gm, scalars, example_inputs)
+            warnings.warn(
+                f"{node.name} ({source_line(node)}) reads a value out of the input(s) "
+                f"{', '.join(inputs)}; a program has fixed shapes, so it is compiled as "
+                f"{values[node]}, its value for the example inputs: the program computes what "
+                f"the model does for inputs on which it is {values[node]}",
+                UserWarning, stacklevel=stacklevel + 1)
     for node in scalars:
         for user in list(node.users):
             user.args, user.kwargs = torch.fx.node.map_arg(
