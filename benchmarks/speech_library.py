@@ -1,7 +1,8 @@
 """Speech models nobody here wrote: compile a list of public speech-library architectures
 (SpeechBrain, random weights, 40 filterbank features x 100 frames, 8 calibration samples)
 and print, per model and target, the compile status, ops on the NPU, partitions, host and
-reference SQNR (all outputs of 8 held-out inputs), compile seconds and ``.pte`` bytes; then
+reference SQNR (all outputs of 8 held-out inputs), compile seconds (wall clock, and the
+CPU seconds of the compiling process: the wall time on an idle machine) and ``.pte`` bytes; then
 what stays on the CPU (op: reason, with the models it is in) and the failures by class.
 
 Run::
@@ -53,13 +54,14 @@ def _one(name: str, target: str) -> dict:
         model, example, calibration, tests = speech_library.build(name)
     except Exception as exc:  # noqa: BLE001  (the library's own failure: not ours)
         return {**row, "status": "build", "error": f"{type(exc).__name__}: {_first(exc)}"}
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     try:
         prog = mcu_npu.compile(model, example, target=target, calibration=calibration)
     except Exception as exc:  # noqa: BLE001
         return {**row, "status": "fail", "seconds": time.time() - t0,
+                "cpu_seconds": time.process_time() - c0,
                 "error": f"{type(exc).__name__}: {_first(exc)}"}
-    row["seconds"] = time.time() - t0
+    row["seconds"], row["cpu_seconds"] = time.time() - t0, time.process_time() - c0
     s = prog.report.summary
     row.update(status="ok", ops=s["ops_total"], npu=s["ops_on_npu"],
                partitions=s["partitions"], pte=len(prog.buffer),
@@ -83,11 +85,13 @@ def _worker(args):
 
 def _fmt(row: dict) -> str:
     if row["status"] in ("fail", "build"):
-        return f"{row['model']:14} {row['target']:13} {row['status'].upper():5} {row['error'][:140]}"
+        return (f"{row['model']:14} {row['target']:13} {row['status'].upper():5} "
+                f"{row['error'][:140]}")
     sq = (f"{row['host_sqnr']:7.2f} {row['ref_sqnr']:7.2f}" if "host_sqnr" in row
           else f"{'-':>7} {'-':>7}")
-    text = (f"{row['model']:14} {row['target']:13} {row['status']:5} {row['npu']:4}/{row['ops']:<4} "
-            f"{row['partitions']:5} {sq} {row['seconds']:7.1f} {row['pte']:10,}")
+    text = (f"{row['model']:14} {row['target']:13} {row['status']:5} "
+            f"{row['npu']:4}/{row['ops']:<4} {row['partitions']:5} {sq} {row['seconds']:7.1f} "
+            f"{row.get('cpu_seconds', float('nan')):6.1f} {row['pte']:10,}")
     return text + (f"  {row['error'][:80]}" if row.get("error") else "")
 
 
@@ -104,7 +108,8 @@ def main() -> None:
 
     tasks = [(m, t) for m in args.models for t in args.targets]
     print(f"{'model':14} {'target':13} {'state':5} {'npu/ops':9} {'parts':5} "
-          f"{'host dB':>7} {'ref dB':>7} {'compile':>7} {'pte bytes':>10}", flush=True)
+          f"{'host dB':>7} {'ref dB':>7} {'compile':>7} {'cpu s':>6} {'pte bytes':>10}",
+          flush=True)
     rows = []
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.jobs, maxtasksperchild=1) as pool:
@@ -138,7 +143,8 @@ def main() -> None:
     classes = defaultdict(list)
     for r in rows:
         if r["status"] != "ok":
-            classes[re.sub(r"\d+", "N", r.get("error", ""))[:140]].append(f"{r['model']}@{r['target']}")
+            label = re.sub(r"\d+", "N", r.get("error", ""))[:140]
+            classes[label].append(f"{r['model']}@{r['target']}")
     if classes:
         print("failures:")
     for label, where in sorted(classes.items(), key=lambda kv: -len(kv[1])):
