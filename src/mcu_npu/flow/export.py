@@ -53,7 +53,12 @@ def export_module(model: torch.nn.Module, example_inputs: tuple,
         warnings.warn(f"the model was captured by strict torch.export (TorchDynamo): "
                       f"non-strict export stopped on a data-dependent value ({_first(exc)})",
                       UserWarning, stacklevel=stacklevel + 1)
-        return _specialize(ep.module(check_guards=False), example_inputs, stacklevel + 1)
+        try:
+            return _specialize(ep.module(check_guards=False), example_inputs, stacklevel + 1)
+        except Exception as fixed_exc:
+            raise UnsupportedModelError(
+                f"strict torch.export captured the model, but putting its data-dependent "
+                f"values in as numbers failed: {_first(fixed_exc)}") from fixed_exc
     return ep.module(check_guards=False)
 
 
