@@ -201,3 +201,57 @@ def test_cortex_m_ops_import_without_the_tosa_tools():
         + r.stdout
     assert "op: cortex_m.quantized_add.default" in r.stdout, r.stdout
     assert "bare packages left: []" in r.stdout, r.stdout
+
+
+def test_observers_are_named_as_torch_names_them_in_linear_time():
+    """The linear-time factory gives prepare_pt2e the names torch's own search gives (the
+    first free ``prefix<i>``), also around names taken before and between calls, and
+    prepare_pt2e still calls the factory by the name the patch swaps."""
+    prepare = importlib.import_module("torch.ao.quantization.fx.prepare")
+    from torch.ao.quantization.fx.utils import get_new_attr_name_with_prefix
+
+    assert "get_new_attr_name_with_prefix" in inspect.getsource(prepare._insert_obs_or_fq)
+
+    def names(factory_of, module, taken_between):
+        out = []
+        for i in range(8):
+            name = factory_of("activation_post_process_")(module)
+            setattr(module, name, nn.Identity())
+            out.append(name)
+            if i in taken_between:
+                setattr(module, f"activation_post_process_{taken_between[i]}", nn.Identity())
+        return out
+
+    between = {2: 5, 4: 9}
+    theirs = names(get_new_attr_name_with_prefix, nn.Module(), between)
+    ours_module = nn.Module()
+    ours_module.activation_post_process_1 = nn.Identity()
+    theirs_module = nn.Module()
+    theirs_module.activation_post_process_1 = nn.Identity()
+    with upstream_patches.observer_names_in_linear_time():
+        ours = names(prepare.get_new_attr_name_with_prefix, ours_module, between)
+    assert prepare.get_new_attr_name_with_prefix is get_new_attr_name_with_prefix
+    assert ours == names(get_new_attr_name_with_prefix, theirs_module, between)
+    assert theirs[:3] == ["activation_post_process_0", "activation_post_process_1",
+                          "activation_post_process_2"]
+
+
+def test_prepare_names_observers_the_same_with_the_linear_time_factory():
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).eval()
+    x = (torch.randn(2, 4),)
+
+    def observers(patched: bool):
+        gm = torch.export.export(model, x).module(check_guards=False)
+        if patched:
+            with upstream_patches.observer_names_in_linear_time():
+                prepared = prepare_pt2e(gm, NeutronQuantizer())
+        else:
+            prepared = prepare_pt2e(gm, NeutronQuantizer())
+        return [(n.name, n.target, [a.name for a in n.all_input_nodes])
+                for n in prepared.graph.nodes if n.op == "call_module"]
+
+    plain = observers(False)
+    assert len(plain) >= 4
+    assert observers(True) == plain

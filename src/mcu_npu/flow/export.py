@@ -1,4 +1,13 @@
-"""Export: the float model captured by ``torch.export`` as a plain ATen graph."""
+"""Export: the float model captured by ``torch.export`` as a plain ATen graph.
+
+Non-strict export (tracing the Python code with fake tensors) is tried first. When it stops
+on a data-dependent value, e.g. ``int(lengths.max().item())`` of a length mask, strict export
+(TorchDynamo, which captures the value as a symbol) is tried before giving up, and a warning
+says strict export captured the model. A program has fixed shapes, so each such value is
+computed once, on the example inputs, and put in the graph as the number it is: exact when it
+follows from constants (a length mask built from an all-ones length); when it depends on an
+input (lengths given as an input), a warning names the input and the value the program
+assumes (the padded length, for the usual example of full-length inputs)."""
 
 from __future__ import annotations
 
@@ -9,127 +18,132 @@ from pathlib import Path
 
 import torch
 from torch.fx import GraphModule
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-from ..errors import ConfigError, UnsupportedModelError, stage
+from ..errors import ConfigError, UnsupportedModelError, source_line, stage
 
 EXPORT_HINT = ("make the model capturable by torch.export (no data-dependent control flow, "
                "see torch.export's message), or report it")
 
 
-def export(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
-    """The compile's first stage: ``export_module``, its failures named as the stage's."""
+def export(model: torch.nn.Module, example_inputs: tuple, stacklevel: int = 2) -> GraphModule:
+    """The compile's first stage: ``export_module``, its failures named as the stage's.
+    Warnings point where ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
     with stage("exporting the model", EXPORT_HINT):
-        return export_module(model, example_inputs)
+        return export_module(model, example_inputs, stacklevel + 1)
 
 
-def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
-    """torch.export a module into a plain ATen GraphModule, with export's message on failure.
-
-    Non-strict export first; where it fails on a data-dependent value (``int(t.item())``,
-    which strict export's bytecode tracing may still capture), strict export is tried before
-    giving up. The graph's ``meta[CAPTURED_BY]`` says which one captured the model."""
+def export_module(model: torch.nn.Module, example_inputs: tuple,
+                  stacklevel: int = 2) -> GraphModule:
+    """torch.export a module into a plain ATen GraphModule, with export's message on failure:
+    non-strict, then strict where non-strict stopped on a data-dependent value."""
     example_inputs = tuple(x.contiguous() if isinstance(x, torch.Tensor) else x
                            for x in example_inputs)  # odd strides would read as channels-last
     model = in_eval_mode(model)
     try:
         ep = _export(model, example_inputs, strict=False)
-        captured = "non-strict torch.export"
     except Exception as exc:  # torch raises many types; the message is what matters
-        if not data_dependent(exc):
+        if not _data_dependent(exc):
             raise UnsupportedModelError(
                 f"torch.export could not capture the model: {_first(exc)}") from exc
         try:
             ep = _export(model, example_inputs, strict=True)
-        except Exception as strict_exc:  # noqa: BLE001
+        except Exception as strict_exc:
             raise UnsupportedModelError(
-                f"torch.export could not capture the model: {_first(exc)} (non-strict); "
-                f"{_first(strict_exc)} (strict)") from exc
-        captured = (f"strict torch.export (non-strict export failed on a data-dependent "
-                    f"value: {_first(exc)})")
-        ep = _with_constant_items_folded(ep, example_inputs)
+                f"torch.export could not capture the model: non-strict export stopped on a "
+                f"data-dependent value ({_first(exc)}), and strict export failed too: "
+                f"{_first(strict_exc)}") from strict_exc
+        warnings.warn(f"the model was captured by strict torch.export (TorchDynamo): "
+                      f"non-strict export stopped on a data-dependent value ({_first(exc)})",
+                      UserWarning, stacklevel=stacklevel + 1)
+        check_model_outputs(ep)
+        try:
+            return _specialize(ep.module(check_guards=False), example_inputs, stacklevel + 1)
+        except Exception as fixed_exc:
+            raise UnsupportedModelError(
+                f"strict torch.export captured the model, but putting its data-dependent "
+                f"values in as numbers failed: {_first(fixed_exc)}") from fixed_exc
     check_model_outputs(ep)
-    gm = ep.module(check_guards=False)
-    gm.meta[CAPTURED_BY] = captured
-    return gm
+    return ep.module(check_guards=False)
 
 
-CAPTURED_BY = "mcu_npu_captured_by"
-"""The GraphModule meta key saying which ``torch.export`` mode captured the model."""
+_SCALARS = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)
+
+
+def _specialize(gm: GraphModule, example_inputs: tuple, stacklevel: int) -> GraphModule:
+    """``gm`` with each ``.item()`` replaced by its value on ``example_inputs``, exported
+    again (now without data-dependent values) into a plain graph; a warning for each value
+    read from an input."""
+    scalars = [n for n in gm.graph.nodes if n.target in _SCALARS]
+    values = _values(gm, scalars, example_inputs)
+    for node in scalars:
+        inputs = _inputs_of(node)
+        if inputs:
+            warnings.warn(
+                f"{node.name} ({source_line(node)}) reads a value out of the input(s) "
+                f"{', '.join(inputs)}; a program has fixed shapes, so it is compiled as "
+                f"{values[node]}, its value for the example inputs: the program computes what "
+                f"the model does for inputs on which it is {values[node]}",
+                UserWarning, stacklevel=stacklevel + 1)
+    for node in scalars:
+        for user in list(node.users):
+            user.args, user.kwargs = torch.fx.node.map_arg(
+                (user.args, user.kwargs), lambda a: values[a] if a is node else a)
+        gm.graph.erase_node(node)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return _export(gm, example_inputs, strict=False).module(check_guards=False)
+
+
+def _inputs_of(node) -> list[str]:
+    """The model inputs (placeholders) ``node`` is computed from."""
+    seen, stack, found = set(), [node], []
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            found.append(n.name)
+        stack.extend(n.all_input_nodes)
+    return sorted(found)
+
+
+def _values(gm: GraphModule, nodes: list, example_inputs: tuple) -> dict:
+    """The values ``nodes`` take when ``gm`` runs on ``example_inputs``."""
+    wanted, values = set(nodes), {}
+
+    class Record(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            if n in wanted:
+                values[n] = out
+            return out
+
+    with torch.no_grad():
+        Record(gm).run(*example_inputs)
+    return values
 
 
 def _export(model: torch.nn.Module, example_inputs: tuple, strict: bool):
     with warnings.catch_warnings():
-        # nn.RNN/GRU/LSTM re-list their own parameters in ``_flat_weights`` on every
-        # call; export reports that as an attribute assigned during export: nothing the
-        # user can or needs to change
+        # nn.RNN/GRU/LSTM re-list their own parameters in ``_flat_weights`` on every call;
+        # export reports that as an attribute assigned during export: nothing the user can or
+        # needs to change
         warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights",
                                 category=UserWarning)
         return torch.export.export(model, example_inputs, strict=strict)
 
 
-def _with_constant_items_folded(ep, example_inputs: tuple):
-    """``ep`` with each ``aten.item`` whose value depends on no input's values (computed from
-    constants and input shapes alone, as ``int(lengths.max().item())`` of a length tensor
-    made from the input's shape) replaced by that number and exported again, so later
-    stages see static shapes; ``ep`` itself where an item reads input data."""
-    gm = ep.module(check_guards=False)
-    items = [n for n in gm.graph.nodes if n.target is torch.ops.aten.item.default]
-    if not items or not all(_reads_no_input_values(n) for n in items):
-        return ep
-    values = {}
-
-    class _Recording(torch.fx.Interpreter):
-        def run_node(self, n):
-            value = super().run_node(n)
-            if n.target is torch.ops.aten.item.default:
-                values[n] = value
-            return value
-
-    try:
-        with torch.no_grad():
-            _Recording(gm).run(*example_inputs)
-        for node in items:
-            for user in list(node.users):
-                user.args = torch.fx.node.map_arg(user.args,
-                                                  lambda a, n=node: values[n] if a is n else a)
-                user.kwargs = torch.fx.node.map_arg(
-                    user.kwargs, lambda a, n=node: values[n] if a is n else a)
-        for node in list(gm.graph.nodes):  # the range checks of the folded values
-            if node.target is torch.ops.aten._assert_scalar.default:
-                gm.graph.erase_node(node)
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-        return _export(gm, example_inputs, strict=False)
-    except Exception:  # noqa: BLE001  (then the strict graph goes on as it is)
-        return ep
-
-
-def _reads_no_input_values(node) -> bool:
-    """Whether ``node`` is computed from constants and input shapes (``sym_size``) only."""
-    seen, todo = set(), [node]
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if n.op == "placeholder":
-            return False
-        if n.target is torch.ops.aten.sym_size.int:
-            continue
-        todo.extend(n.all_input_nodes)
-    return True
-
-
-def data_dependent(exc: BaseException) -> bool:
-    """Whether an export failure is a guard on a data-dependent value (an ``.item()`` read
-    as a Python number): the failure strict export may not have."""
-    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-
-    seen = exc
-    while seen is not None:
-        if isinstance(seen, GuardOnDataDependentSymNode) or "data-dependent" in str(seen):
+def _data_dependent(exc: BaseException) -> bool:
+    """Whether export stopped on a value it could only know by running the model (a guard
+    on an ``.item()``, a data-dependent size), anywhere in the chain of causes."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, GuardOnDataDependentSymNode) or "data-dependent" in str(exc):
             return True
-        seen = seen.__cause__
+        exc = exc.__cause__ or exc.__context__
     return False
 
 

@@ -16,7 +16,7 @@ from ..partition.plan import Plan
 from ..quantization.precision import PrecisionRequest
 from ..report import Report
 from .check import check_program
-from .export import CAPTURED_BY, export, in_eval_mode
+from .export import export, in_eval_mode
 from .inputs import check_arguments
 from .lower import plan_edge
 from .memory import place
@@ -60,9 +60,7 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
                            memory)
     float_model = in_eval_mode(model)
-    exported = export(float_model, args.example_inputs)
-    captured = exported.meta.get(CAPTURED_BY, "")
-    graph = rewrite(exported, args.target)
+    graph = rewrite(export(float_model, args.example_inputs, stacklevel + 1), args.target)
     names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
     quantized = quantize_model(graph, args, precision, train_fn, plan)
     restore_module_meta(quantized.edge.exported_program().graph_module, names)
@@ -71,8 +69,6 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     placed = place(quantized.edge, decided, args.target, args.memory, args.io, precision,
                    quantized.choice)
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
-    if captured.startswith("strict"):
-        report.notes.append(f"the model was captured by {captured}")
     check_program(buffer, host_data, report, placed.target, placed.decided, placed.edge,
                   deployable, strict, stacklevel + 1, placed.memory)
     program = measure(buffer, host_data, report, float_model, quantized.reference,

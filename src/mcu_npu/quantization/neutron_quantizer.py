@@ -9,7 +9,8 @@ from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
 from ..progress import counted
-from ..upstream.patches import conv_bn_rewrites_where_they_match
+from ..upstream.patches import (conv_bn_rewrites_where_they_match,
+                                observer_names_in_linear_time)
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
 from .precision import PrecisionChoice, follows_input
@@ -105,7 +106,8 @@ def quantize(
 
     The result is the quantized reference: running it in PyTorch gives the numbers an int8
     deployment must reproduce. torchao's QAT conv + BatchNorm rewrites run only where they
-    can match (``upstream.patches.conv_bn_rewrites_where_they_match``).
+    can match (``upstream.patches.conv_bn_rewrites_where_they_match``), and observers are
+    named in linear time (``observer_names_in_linear_time``).
     """
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -114,7 +116,7 @@ def quantize(
         model = torch.export.export(model.eval(), tuple(example_inputs)).module(
             check_guards=False
         )
-    with conv_bn_rewrites_where_they_match():
+    with conv_bn_rewrites_where_they_match(), observer_names_in_linear_time():
         prepared = prepare_pt2e(model, quantizer)
         calibrate(prepared, calibration if calibration is not None else [tuple(example_inputs)])
         return convert_pt2e(prepared)
