@@ -110,8 +110,14 @@ def build(name: str, seed: int = 0):
         kwargs = dict(MODELS.get(name, {}))
         size = kwargs.pop("input", INPUT)
         model = timm.create_model(name, pretrained=False, num_classes=10, **kwargs)
+    return with_samples(model, (1, 3, size, size), seed)
+
+
+def with_samples(model, shape: tuple, seed: int):
+    """(model in eval mode, example inputs, calibration samples, held-out test inputs):
+    random inputs of ``shape`` drawn from ``seed + 1``, the BatchNorm statistics settled on
+    the calibration samples."""
     g = torch.Generator().manual_seed(seed + 1)
-    shape = (1, 3, size, size)
     calibration = [(torch.randn(shape, generator=g),) for _ in range(CALIBRATION)]
     tests = [(torch.randn(shape, generator=g),) for _ in range(TESTS)]
     settle_batch_norm(model, torch.cat([c[0] for c in calibration]))

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from model_library import CALIBRATION, TESTS, measure, settle_batch_norm
+from model_library import measure, with_samples
 
 FEATURES, FRAMES = 40, 100      # filterbank features x frames (10 ms hop: 1 s)
 TARGETS = ["imxrt700", "corstone-300", "corstone-320"]
@@ -149,12 +149,7 @@ def build(name: str, seed: int = 0):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = MODELS[name]()
-    g = torch.Generator().manual_seed(seed + 1)
-    shape = (1, FRAMES, FEATURES)
-    calibration = [(torch.randn(shape, generator=g),) for _ in range(CALIBRATION)]
-    tests = [(torch.randn(shape, generator=g),) for _ in range(TESTS)]
-    settle_batch_norm(model, torch.cat([c[0] for c in calibration]))
-    return model.eval(), calibration[0], calibration, tests
+    return with_samples(model, (1, FRAMES, FEATURES), seed)
 
 
 @functools.lru_cache(maxsize=None)

@@ -40,7 +40,7 @@ def npu_tensors(payload: bytes, graph, kind: NpuKind) -> dict[str, list[tuple[in
             for kind_, specs in (("inputs", graph.inputs), ("outputs", graph.outputs))}
 
 
-def _tensors(value) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+def _tensors(value) -> list[tuple[object, tuple[int, ...]]]:
     values = value if isinstance(value, (list, tuple)) else [value]
     return [(v.dtype, tuple(v.shape)) for v in values]
 

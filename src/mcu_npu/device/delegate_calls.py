@@ -38,6 +38,17 @@ def output_counts(plan) -> dict[tuple[int, int], int]:
     return counts
 
 
+def delegate_instructions(plan):
+    """Each DelegateCall of ``plan`` in program order, as (chain, instruction index, the call,
+    its delegate, how many of its trailing args are outputs)."""
+    counts = output_counts(plan)
+    for c, chain in enumerate(plan.chains):
+        for pc, instruction in enumerate(chain.instructions):
+            call = instruction.instr_args
+            if type(call).__name__ == "DelegateCall":
+                yield c, pc, call, plan.delegates[call.delegate_index], counts[c, pc]
+
+
 def _preset_values(plan) -> set[int]:
     """Values that hold data before any instruction: scalars, lists, constant tensors."""
     return {i for i, evalue in enumerate(plan.values)

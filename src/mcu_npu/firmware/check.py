@@ -53,7 +53,7 @@ def delegate_calls(program):
     the arguments split as the device runtime splits them (by the payload's input count).
     ``program``: a ``ProgramFile`` or anything with the ``.pte`` bytes as ``data`` and its
     ``named_data`` (a ``runtime.pte.Program``)."""
-    from ..device.delegate_calls import input_split, output_counts
+    from ..device.delegate_calls import delegate_instructions, input_split
     from ..npu import ethosu_payload, neutron_payload
 
     if not isinstance(program, ProgramFile):
@@ -62,20 +62,14 @@ def delegate_calls(program):
                     "EthosUBackend": ethosu_payload.input_count}  # as the device runtimes
     calls = []
     for plan in program.plans:
-        counts = output_counts(plan)
-        for c, chain in enumerate(plan.chains):
-            for pc, instruction in enumerate(chain.instructions):
-                call = instruction.instr_args
-                if type(call).__name__ != "DelegateCall":
-                    continue
-                delegate = plan.delegates[call.delegate_index]
-                args = list(call.args)
-                split = input_split(delegate.id, delegate.processed, program.named_data,
-                                    len(args), counts[c, pc], input_counts)
-                tensors = [[_described(plan.values[i].val) for i in part
-                            if type(plan.values[i].val).__name__ == "Tensor"]
-                           for part in (args[:split], args[split:])]
-                calls.append((len(calls), delegate.id, delegate.processed, *tensors))
+        for _, _, call, delegate, n_outputs in delegate_instructions(plan):
+            args = list(call.args)
+            split = input_split(delegate.id, delegate.processed, program.named_data,
+                                len(args), n_outputs, input_counts)
+            tensors = [[_described(plan.values[i].val) for i in part
+                        if type(plan.values[i].val).__name__ == "Tensor"]
+                       for part in (args[:split], args[split:])]
+            calls.append((len(calls), delegate.id, delegate.processed, *tensors))
     return calls
 
 

@@ -149,7 +149,7 @@ class Delegate(NamedTuple):
 
 
 class Plan(NamedTuple):
-    """An ``ExecutionPlan``: what ``runtime.delegates.output_counts`` and ``mcu-npu check``
+    """An ``ExecutionPlan``: what ``device.delegate_calls.output_counts`` and ``mcu-npu check``
     read of it."""
 
     name: str

@@ -9,12 +9,11 @@ versions. Every text is escaped; the output depends only on the report.
 
 from __future__ import annotations
 
-import json
 from html import escape
 
 from . import placement_svg as graph
 from .advice import accuracy_warning, latency_advice
-from .html_format import (card, fmt_bytes, fmt_figure, fmt_num, fmt_us,
+from .html_format import (card, fmt_figure, fmt_num, fmt_us,
                           html_table, kv_table, scalars)
 from .html_memory import memory_regions, memory_section
 from .labels import label, op_shapes, op_times, shape_text
@@ -179,11 +178,11 @@ def _hbars(items, *, unit_fmt=fmt_us, label_w=270, width=1000, bar_h=16) -> str:
     h = len(items) * (bar_h + 4) + 6
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
            f'viewBox="0 0 {width} {h}" class="bars">']
-    for n, (label, value, colour, tip) in enumerate(items):
+    for n, (name, value, colour, tip) in enumerate(items):
         y = 3 + n * (bar_h + 4)
         w = max(span * value / top, 1 if value else 0)
         out.append(f'<g><text x="{label_w - 6}" y="{y + bar_h - 4}" font-size="12" '
-                   f'text-anchor="end">{escape(graph.clip(label, 38))}</text>'
+                   f'text-anchor="end">{escape(graph.clip(name, 38))}</text>'
                    f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
                    f'fill="{colour}"/><text x="{label_w + w + 6:.1f}" y="{y + bar_h - 4}" '
                    f'font-size="12">{escape(unit_fmt(value))}</text>'

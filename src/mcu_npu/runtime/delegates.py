@@ -14,7 +14,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from ..device.delegate_calls import input_split as split_by, output_counts
+from ..device.delegate_calls import delegate_instructions
+from ..device.delegate_calls import input_split as split_by
 from ..errors import InvalidProgramError
 
 
@@ -119,19 +120,12 @@ class DelegateCallSite(NamedTuple):
 
 def delegate_call_sites(program, plan, named_data: dict[str, bytes]) -> list[DelegateCallSite]:
     """Every DelegateCall of ``plan`` (of deserialized ``program``), in program order."""
-    counts = output_counts(plan)
     sites = []
-    for c, chain in enumerate(plan.chains):
-        for pc, instruction in enumerate(chain.instructions):
-            call = instruction.instr_args
-            if type(call).__name__ != "DelegateCall":
-                continue
-            delegate = plan.delegates[call.delegate_index]
-            processed = bytes(program.backend_delegate_data[delegate.processed.index].data)
-            args = list(call.args)
-            split = input_split(delegate.id, processed, named_data, len(args), counts[c, pc])
-            sites.append(DelegateCallSite(c, pc, delegate, processed, args[:split],
-                                          args[split:]))
+    for c, pc, call, delegate, n_outputs in delegate_instructions(plan):
+        processed = bytes(program.backend_delegate_data[delegate.processed.index].data)
+        args = list(call.args)
+        split = input_split(delegate.id, processed, named_data, len(args), n_outputs)
+        sites.append(DelegateCallSite(c, pc, delegate, processed, args[:split], args[split:]))
     return sites
 
 

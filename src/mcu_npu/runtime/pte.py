@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from typing import NamedTuple, Sequence
 
 import torch
 
-from ..errors import ConfigError, InputError, InvalidProgramError, McuNpuError
+from ..device.delegate_calls import output_counts
 from ..device.pte_file import envelope_problem, read_bytes
-from .delegates import call_delegate, output_counts
+from ..errors import ConfigError, InputError, InvalidProgramError, McuNpuError
+from .delegates import call_delegate
 from .kernels import Boxed, Frame, dtype_of, resolve
 from .structure import check_program
 
