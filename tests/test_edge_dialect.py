@@ -133,3 +133,31 @@ def test_graphs_a_re_trace_would_change_go_to_to_edge(model, reason):
     gm = export_module(model, x)
     edge = to_edge_program(gm, x)
     torch.testing.assert_close(edge.exported_program().module()(*x), model(*x))
+
+
+class _CapitalisedRecurrent(nn.Module):
+    """An LSTM and a head under capitalised attribute names (SpeechBrain's ``RNN``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.RNN = nn.LSTM(6, 8, batch_first=True)
+        self.Head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.Head(self.RNN(x)[0][:, -1])
+
+
+def test_inputs_of_capitalised_attributes_reach_the_edge_dialect():
+    """Exporting the quantized reference names the LSTM's parameters ``p_rnn_...`` beside the
+    targets ``p_RNN_...``; a graph no op of which needs a re-trace must still convert (ExecuTorch
+    looks the signature's names up among the targets), with every parameter kept."""
+    import mcu_npu
+
+    torch.manual_seed(0)
+    model, x = _CapitalisedRecurrent().eval(), (torch.randn(1, 5, 6),)
+    prog = mcu_npu.compile(model, x, target="corstone-320",
+                           calibration=[(torch.randn(1, 5, 6),) for _ in range(8)])
+    assert prog.report.summary["ops_on_npu"] == prog.report.summary["ops_total"]
+    got, want = prog.run(*x)[0], model(*x).detach()
+    step = float((want.max() - want.min()) / 255)
+    assert float((got - want).abs().max()) <= 8 * step  # weights present: not a zeroed LSTM

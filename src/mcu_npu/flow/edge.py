@@ -53,7 +53,20 @@ def core_aten_program(reference: GraphModule, example_inputs: tuple,
     decompose_in_place(ep, config.preserve_ops)
     if not _decomposed_already(ep, config):
         ep = ep.run_decompositions(_decomposition_table(config.preserve_ops))
+    _inputs_targeted_by_name(ep.graph_module)
     return ep
+
+
+def _inputs_targeted_by_name(gm: GraphModule) -> None:
+    """Give each input node its name as its target, as a re-trace does. Export may name the
+    input of a module attribute spelled ``RNN`` ``p_rnn_...`` beside the target
+    ``p_RNN_...``; ExecuTorch's ``remove_unused_parameters_pass`` looks up the signature's
+    names among the targets, and refuses the program where they differ."""
+    renamed = [n for n in gm.graph.nodes if n.op == "placeholder" and n.target != n.name]
+    for node in renamed:
+        node.target = node.name
+    if renamed:
+        gm.recompile()
 
 
 def _decomposition_table(preserve_ops) -> dict:
