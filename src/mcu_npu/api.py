@@ -228,7 +228,7 @@ def compile(
         # any failure the stages below do not name
         with stage("compiling the model", show=False):
             return _compile(model, example_inputs, target, calibration, npu_compiler,
-                            operators_not_to_delegate, progress, train_fn, io, deployable, strict,
+                            operators_not_to_delegate, train_fn, io, deployable, strict,
                             accuracy_samples, request, memory=memory, etrecord=etrecord)
 
 

@@ -106,8 +106,8 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
         else tuple(example_inputs)
     user_layers = accuracy_samples
     compile_one = _compiler(compile_fn, model, inputs, target, calibration, npu_compiler,
-                            operators_not_to_delegate, progress, train_fn, io, deployable,
-                            strict, memory)
+                            operators_not_to_delegate, train_fn, io, deployable, strict,
+                            memory)
     show = bool(progress) if progress is not None else sys.stderr.isatty()
     s = _Search(auto, show)
     samples = _samples(auto.samples) if auto.samples is not None else None
@@ -140,11 +140,10 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
 
 def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
     """(request, per-layer samples) -> ``compile_fn``'s program for ``model`` with the
-    compile arguments ``args`` (target to memory); the calibration progress shows on the
-    first compile only. With ``memory="auto"`` the first compile (the int8 baseline) chooses
+    compile arguments ``args`` (target to memory). With ``memory="auto"`` the first compile (the int8 baseline) chooses
     the placement, and the trials keep it; they keep its plan of what runs where too (the
     same model, target and options: the trials skip planning it again)."""
-    (target, calibration, npu_compiler, operators_not_to_delegate, progress, train_fn, io,
+    (target, calibration, npu_compiler, operators_not_to_delegate, train_fn, io,
      deployable, strict, memory) = args
     compiled = 0
     chosen: dict = {}
@@ -155,8 +154,8 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
         compiled += 1
         with stage("compiling the model", show=False):
             prog = compile_fn(model, inputs, target, calibration, npu_compiler,
-                              operators_not_to_delegate, progress if compiled == 1 else False,
-                              train_fn, io, deployable, strict, layer_samples, request,
+                              operators_not_to_delegate, train_fn, io, deployable, strict,
+                              layer_samples, request,
                               memory=chosen.get("memory", memory), plan=first.get("plan"))
         first.setdefault("plan", getattr(prog, "_plan", None))
         if memory == "auto" and not chosen:

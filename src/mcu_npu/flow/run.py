@@ -48,7 +48,7 @@ class Compiled:
 
 
 def compile_program(model, example_inputs, target, calibration, npu_compiler,
-                    operators_not_to_delegate, progress, train_fn: Callable | None, io,
+                    operators_not_to_delegate, train_fn: Callable | None, io,
                     deployable=False, strict=False, accuracy_samples=None,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
                     stacklevel: int = 2, keep_edges: bool = False, plan=None) -> Compiled:
