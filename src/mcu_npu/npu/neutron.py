@@ -40,7 +40,8 @@ class NeutronOptions:
     """Settings of one converter run; each maps to a field of the SDK's CompilationContext."""
 
     target: str | None = None
-    """The converter's target name ("imxrt700"); None takes the target preset's name."""
+    """The converter's target name ("imxrt700"); None takes the preset's NPU's
+    ``vendor_target``, else the preset's name."""
     min_ops_per_graph: int = 1
     exclude_graph_passes: tuple[str, ...] = ("HoistSliceAboveTranspose", "MergeTranspose")
     """Converter passes left out (the ExecuTorch NXP backend's defaults)."""
@@ -237,7 +238,7 @@ class NeutronCompiler:
         if target.npu.kind is not NpuKind.NEUTRON:
             raise NpuCompilerError(f"target {target.name!r} has a {target.npu.kind} NPU; the "
                                    "Neutron converter compiles for eIQ Neutron only", tool=TOOL)
-        target_name = self.options.target or target.name
+        target_name = self.options.target or target.npu.vendor_target or target.name
         converted = run_converter(_import_sdk(), model.buffer, self.options, target_name)
         graph = extract_neutron_graph(converted)
         payload, info = checked_payload(payload_fields(model, graph))

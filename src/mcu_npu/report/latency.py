@@ -29,7 +29,7 @@ from .cpu_cycles import CoreModel, Work, core_model, op_work, work_cycles
 
 NPU_BANDWIDTH = {
     NpuKind.NEUTRON: (8, "assumed: 8 bytes per NPU cycle (one 64-bit bus to SRAM); NXP "
-                         "publishes no Neutron N3-64 bandwidth"),
+                         "publishes no Neutron bandwidth"),
     NpuKind.ETHOS_U: (16, "assumed: Ethos-U's two 64-bit AXI ports, 16 bytes per cycle"),
 }
 """Bytes per NPU cycle used by the bound when the NPU compiler gives no cycle estimate."""

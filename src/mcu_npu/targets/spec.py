@@ -1,4 +1,5 @@
-"""Hardware targets as data: one frozen dataclass per NPU, CPU and SoC preset.
+"""The target dataclasses: NPU, CPU, memory region and SoC preset, and where a program can
+live in a preset's memory map (``Target.placed``).
 
 Support checks read their limits from these fields; nothing in the converter or the
 partitioner branches on a target's name.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 class NpuKind(str, Enum):
@@ -81,6 +82,9 @@ class NpuSpec:
     vendor_compiler: str
     """The ``npu_compiler`` that ``"auto"`` picks when its tool is installed: "neutron" (NXP's
     eIQ Neutron converter) or "vela" (Arm's Vela)."""
+    vendor_target: str = ""
+    """The name the vendor compiler knows this NPU's SoC by (the eIQ Neutron converter's target,
+    e.g. "mcxn94x"); "" takes the preset's name."""
     compiler_checks_operators: bool = False
     """The vendor compiler decides on its own which operators it runs and can refuse some the
     converter's checks accept (Vela), so the partitioner asks it about every proposed
@@ -90,6 +94,9 @@ class NpuSpec:
     beyond what the converter itself supports."""
     vela: VelaConfig | None = None
     """Set for Ethos-U NPUs: what the Vela compiler needs to know."""
+    source: str = ""
+    """Where the MAC count, the clock and the configuration come from (what is not published
+    says so)."""
     transpose_as_block_swap: bool = False
     """Emit a transpose that swaps two blocks of axes (NCHW <-> NHWC) as a 3-D TRANSPOSE
     between reshapes: Vela schedules that in fewer cycles on the U55 (ResNet-8: 201,786
@@ -123,6 +130,8 @@ class CpuSpec:
     """The ops the NPU leaves run as ExecuTorch's Cortex-M int8 (CMSIS-NN) kernels, quantized
     with the Cortex-M rules where the NPU's do not apply; False keeps ExecuTorch's portable
     kernels for them."""
+    source: str = ""
+    """Where the core and its clock come from."""
 
 
 MEMORY_KINDS = ("sram", "tcm", "flash", "external")
@@ -261,215 +270,3 @@ def _moved_roles(memory: tuple[MemoryRegion, ...], placement: str) -> tuple[Memo
     else:
         return memory
     return tuple(replace(r, holds=want.get(r.name, ())) for r in memory)
-
-
-NEUTRON_N3_64 = NpuSpec(
-    kind=NpuKind.NEUTRON,
-    name="eIQ Neutron N3-64",
-    macs_per_cycle=64,
-    clock_hz=325_000_000,
-    sram_bytes=7_864_320,  # 7.5 MiB shared on-chip SRAM of the i.MX RT700
-    vendor_compiler="neutron",
-    limits=NeutronLimits(),
-)
-
-# Vela's system config and memory mode per Ethos-U family: the ExecuTorch Arm backend's
-# defaults. Clocks are core_clock of those sections in Vela's Arm/vela.ini.
-_VELA_SYSTEMS = {
-    "ethos-u55": ("Ethos_U55_High_End_Embedded", "Shared_Sram", 500_000_000),
-    "ethos-u65": ("Ethos_U65_High_End", "Dedicated_Sram_384KB", 1_000_000_000),
-    "ethos-u85": ("Ethos_U85_SYS_DRAM_Mid", "Sram_Only", 1_000_000_000),
-}
-# SRAM the NPU may use: the arena sizes the ExecuTorch Arm tests give Vela
-# (2 MiB on the Corstone FVPs; the 384 KiB of the U65 Dedicated_Sram_384KB mode).
-_SRAM_BYTES = {"ethos-u55": 2 * 1024 * 1024, "ethos-u65": 384 * 1024,
-               "ethos-u85": 2 * 1024 * 1024}
-
-
-# --- memory maps ---------------------------------------------------------------------------
-_MIB = 1024 * 1024
-_VELA_INI = "Vela's config_files/Arm/vela.ini"
-_ET_ARM_LD = "ExecuTorch examples/arm/executor_runner/{}.ld MEMORY"
-_ETHOSU_AXI = ("the Ethos-U reads and writes over its AXI ports: SRAM on the first, flash "
-               "or DRAM on the second (Arm ml-embedded-evaluation-kit "
-               "docs/sections/memory_considerations.md)")
-_TCM = ("tightly coupled to the Cortex-M core, off the NPU's AXI ports; the ExecuTorch Arm "
-        "runner keeps code, stack and .rodata here")
-
-
-def vela_memory(vela: VelaConfig, sram_bytes: int) -> tuple[MemoryRegion, ...]:
-    """The memory map Vela's memory mode describes, for an NPU named without its SoC: the
-    arena (Vela's scratch, which also holds the NPU's inputs and outputs) where the mode puts
-    it, sized by ``sram_bytes`` when that is SRAM; memories behind the second AXI port have
-    no size (the board's choice)."""
-    mode = vela.memory_mode
-    where = f"{_VELA_INI} [Memory_Mode.{mode}]"
-    if mode == "Sram_Only":  # constants, arena and cache all on AXI0 (SRAM)
-        return (MemoryRegion(
-            name="sram", kind="sram", size_bytes=sram_bytes, npu_access=True,
-            holds=("program", "ram"),
-            source=f"{where}: const, arena and cache on Axi0 = Sram; size: the arena "
-                   "ExecuTorch's Arm tests give Vela (targets._SRAM_BYTES)"),)
-    if mode.startswith("Dedicated_Sram"):  # arena in DRAM, its cache in the NPU's SRAM
-        return (
-            MemoryRegion(name="sram", kind="sram",
-                         size_bytes=vela.arena_cache_size or sram_bytes, npu_access=True,
-                         holds=("fast_scratch",),
-                         source=f"{where}: cache on Axi0 = Sram, arena_cache_size "
-                                f"{sram_bytes} bytes"),
-            MemoryRegion(name="dram", kind="external", size_bytes=None, npu_access=True,
-                         holds=("program", "ram"),
-                         source=f"{where}: const and arena on Axi1 = Dram"),
-        )
-    return (  # Shared_Sram: arena and cache in SRAM, constants read from flash
-        MemoryRegion(name="sram", kind="sram", size_bytes=sram_bytes, npu_access=True,
-                     holds=("ram",),
-                     source=f"{where}: arena and cache on Axi0 = Sram; size: the arena "
-                            "ExecuTorch's Arm tests give Vela (targets._SRAM_BYTES)"),
-        MemoryRegion(name="flash", kind="flash", size_bytes=None, npu_access=True,
-                     holds=("program",),
-                     source=f"{where}: const on Axi1 = OffChipFlash "
-                            "([System_Config.Ethos_U55_High_End_Embedded])"),
-    )
-
-
-IMXRT700_MEMORY = (
-    MemoryRegion(
-        name="sram", kind="sram", size_bytes=0x580000, npu_access=True, holds=("ram",),
-        source="7.5 MiB on-chip SRAM (0x780000, Zephyr dts/arm/nxp/imxrt/imxrt7xx/"
-               "nxp_rt7xx_common.dtsi 'sram' ranges; 'over 7.5 MB' in NXP's RT700 "
-               "announcement), shared by both domains. Derived: the compute domain "
-               "(Cortex-M33 CPU0, HiFi4, NPU) takes partitions 0x000000-0x57FFFF = 5.5 MiB, "
-               "the sense domain (CPU1, HiFi1) 0x580000-0x77FFFF, per the partition comments "
-               "of that dtsi"),
-    MemoryRegion(
-        name="xspi0-flash", kind="flash", size_bytes=64 * _MIB, npu_access=False,
-        holds=("program",),
-        source="MX25UM51245G octal flash, 64 MiB, on xSPI0 of the MIMXRT700-EVK (Zephyr "
-               "boards/nxp/mimxrt700_evk/mimxrt700_evk_mimxrt798s_cm33_cpu0.dts); "
-               "'Neutron compute has no access to FLASH' (ExecuTorch backends/nxp/runtime/"
-               "NeutronBackend.cpp): NPU weights must be in SRAM, or fetched there by "
-               "microcode compiled with fetch_constants_to_sram"),
-)
-
-CORSTONE_300_MEMORY = (
-    MemoryRegion(name="itcm", kind="tcm", size_bytes=512 * 1024, npu_access=False,
-                 source=f"{_ET_ARM_LD.format('Corstone-300')} ITCM 0x00080000; {_TCM}"),
-    MemoryRegion(name="dtcm", kind="tcm", size_bytes=512 * 1024, npu_access=False,
-                 source=f"{_ET_ARM_LD.format('Corstone-300')} DTCM 0x00080000; {_TCM}"),
-    MemoryRegion(name="sram", kind="sram", size_bytes=2 * _MIB, npu_access=True,
-                 holds=("ram",),
-                 source=f"{_ET_ARM_LD.format('Corstone-300')} SRAM 0x00200000 (SSE-300 "
-                        "ISRAM); the arena of Vela's Shared_Sram mode, where the runner "
-                        f"puts .bss.tensor_arena with ETHOSU_ARENA=0; {_ETHOSU_AXI}"),
-    MemoryRegion(name="qspi-flash", kind="flash", size_bytes=8 * _MIB, npu_access=True,
-                 source=f"{_ET_ARM_LD.format('Corstone-300')} QSPI 0x00800000"),
-    MemoryRegion(name="ddr", kind="external", size_bytes=0x60000000, npu_access=True,
-                 holds=("program",),
-                 source=f"{_ET_ARM_LD.format('Corstone-300')} DDR 0x60000000; the runner "
-                        "puts the model (network_model_sec) here by default "
-                        f"(ETHOSU_MODEL=1); {_ETHOSU_AXI}"),
-)
-
-CORSTONE_320_MEMORY = (
-    MemoryRegion(name="itcm", kind="tcm", size_bytes=32 * 1024, npu_access=False,
-                 source=f"{_ET_ARM_LD.format('Corstone-320')} ITCM 0x00008000; {_TCM}"),
-    MemoryRegion(name="dtcm", kind="tcm", size_bytes=32 * 1024, npu_access=False,
-                 source=f"{_ET_ARM_LD.format('Corstone-320')} DTCM 0x00008000; {_TCM}"),
-    MemoryRegion(name="sram", kind="sram", size_bytes=4 * _MIB, npu_access=True,
-                 holds=("ram",),
-                 source=f"{_ET_ARM_LD.format('Corstone-320')} SRAM 0x00400000; the "
-                        "runner's .bss.tensor_arena with ETHOSU_ARENA=0; " + _ETHOSU_AXI),
-    MemoryRegion(name="qspi-flash", kind="flash", size_bytes=8 * _MIB, npu_access=True,
-                 source=f"{_ET_ARM_LD.format('Corstone-320')} QSPI 0x00800000"),
-    MemoryRegion(name="ddr", kind="external", size_bytes=0x10000000, npu_access=True,
-                 holds=("program",),
-                 source=f"{_ET_ARM_LD.format('Corstone-320')} DDR 0x10000000; the runner "
-                        "puts the model (network_model_sec) here by default "
-                        f"(ETHOSU_MODEL=1); {_ETHOSU_AXI}"),
-)
-
-
-def ethos_u(accelerator: str) -> NpuSpec:
-    """An Ethos-U from Vela's accelerator name ("ethos-u55-128"), with the family's defaults.
-
-    MACs per cycle are the number after the last dash, summed over cores: Vela builds the
-    U65-512 from two 256-MAC cores.
-    """
-    family, _, macs = accelerator.rpartition("-")
-    if family not in _VELA_SYSTEMS or not macs.isdigit():
-        raise ConfigError(f"unknown Ethos-U configuration {accelerator!r}; expected "
-                          f"<{'|'.join(_VELA_SYSTEMS)}>-<MACs>")
-    system, memory, clock = _VELA_SYSTEMS[family]
-    return NpuSpec(
-        kind=NpuKind.ETHOS_U,
-        name=f"Arm Ethos-U{family[-2:]}-{macs}",
-        macs_per_cycle=int(macs),
-        clock_hz=clock,
-        sram_bytes=_SRAM_BYTES[family],
-        vendor_compiler="vela",
-        int16_activations=True,
-        int16_sigmoid_tanh_q3_12=True,
-        compiler_checks_operators=True,
-        vela=VelaConfig(accelerator=accelerator, system_config=system, memory_mode=memory),
-        transpose_as_block_swap=family == "ethos-u55",
-    )
-
-
-def _npu_only(accelerator: str) -> Target:
-    npu = ethos_u(accelerator)
-    vela = npu.vela
-    return Target(name=accelerator,
-                  description=f"{npu.name} NPU alone (Vela {vela.system_config} / "
-                              f"{vela.memory_mode}, {npu.clock_hz // 1_000_000} MHz)",
-                  npu=npu, memory=vela_memory(vela, npu.sram_bytes))
-
-
-_PRESETS: dict[str, Target] = {
-    t.name: t
-    for t in (
-        Target(
-            name="imxrt700",
-            description="NXP i.MX RT700: eIQ Neutron N3-64 NPU + Cortex-M33 @ 325 MHz",
-            npu=NEUTRON_N3_64,
-            cpu=CpuSpec(core="cortex-m33", clock_hz=325_000_000, int8_kernels=True),
-            memory=IMXRT700_MEMORY,
-        ),
-        Target(
-            name="corstone-300",
-            description="Arm Corstone-300: Ethos-U55-128 NPU + Cortex-M55 (clocks from "
-                        "Vela's Ethos_U55_High_End_Embedded: 500 MHz)",
-            npu=ethos_u("ethos-u55-128"),
-            cpu=CpuSpec(core="cortex-m55", clock_hz=500_000_000, int8_kernels=True),
-            memory=CORSTONE_300_MEMORY,
-        ),
-        Target(
-            name="corstone-320",
-            description="Arm Corstone-320: Ethos-U85-256 NPU + Cortex-M85 (clocks from "
-                        "Vela's Ethos_U85_SYS_DRAM_Mid: 1 GHz)",
-            npu=ethos_u("ethos-u85-256"),
-            cpu=CpuSpec(core="cortex-m85", clock_hz=1_000_000_000, int8_kernels=True),
-            memory=CORSTONE_320_MEMORY,
-        ),
-        *(_npu_only(a) for a in ("ethos-u55-64", "ethos-u55-128", "ethos-u55-256",
-                                 "ethos-u65-256", "ethos-u65-512", "ethos-u85-256",
-                                 "ethos-u85-512")),
-    )
-}
-
-
-def targets() -> list[str]:
-    """Names of the target presets, sorted."""
-    return sorted(_PRESETS)
-
-
-def get_target(target: str | Target) -> Target:
-    """The preset called ``target`` (a Target passes through); ConfigError lists valid names."""
-    if isinstance(target, Target):
-        return target
-    try:
-        return _PRESETS[str(target).lower()]
-    except KeyError:
-        raise ConfigError(
-            f"unknown target {target!r}; valid targets: {', '.join(targets())}"
-        ) from None
