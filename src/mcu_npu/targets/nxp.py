@@ -92,7 +92,7 @@ IMX93_MEMORY = (
     MemoryRegion(
         name="ddr", kind="external", size_bytes=None, npu_access=True,
         holds=("program", "ram"),
-        source="LPDDR4X on the board (its size is the board's choice); the Ethos-U65 reads "
+        source="DRAM on the board (its type and size are the board's choice); the Ethos-U65 reads "
                "and writes it over its second AXI port (Vela [Memory_Mode.Dedicated_Sram]: "
                "const and arena on Axi1 = Dram)"),
     MemoryRegion(
