@@ -101,7 +101,7 @@ def make_sdk(b: Behaviour) -> types.ModuleType:
     def get_target(name):
         if name not in TARGETS:
             raise RuntimeError(f"unknown target {name}")
-        return target
+        return SimpleNamespace(name=name, npu=target.npu)
 
     def compilation_context():
         opts = SimpleNamespace(minNumOpsPerGraph=0, excludeGraphPasses="",

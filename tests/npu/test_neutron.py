@@ -136,6 +136,19 @@ def test_options_reach_the_compilation_context(monkeypatch):
     assert cctx.compilationOpts.fetchConstantsToSRAM is True
 
 
+def test_the_converter_target_is_the_npu_specs(monkeypatch):
+    """MCX N947's NPU is 'mcxn94x' to the converter (NpuSpec.vendor_target), not the preset
+    name; an explicit NeutronOptions.target still wins."""
+    import neutron_sdk_double
+
+    monkeypatch.setattr(neutron_sdk_double, "TARGETS", ("imxrt700", "mcxn94x"))
+    b = Behaviour()
+    install(monkeypatch, b)
+    NeutronCompiler().compile(MIXED, get_target("mcxn947"))
+    NeutronCompiler(NeutronOptions(target="imxrt700")).compile(MIXED, get_target("mcxn947"))
+    assert [c.targetOpts.name for c in b.calls] == ["mcxn94x", "imxrt700"]
+
+
 def test_sdk_absent(monkeypatch):
     monkeypatch.setitem(sys.modules, "eiq_neutron_sdk", None)
     assert not NeutronCompiler().available()
