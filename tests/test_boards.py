@@ -55,12 +55,6 @@ def test_an_unpublished_figure_says_so():
     assert flash.size_bytes is None and "not published" in flash.source
 
 
-def test_the_neutron_n1_reads_its_spec():
-    npu = get_target("mcxn947").npu
-    assert (npu.kind, npu.macs_per_cycle, npu.clock_hz) == (NpuKind.NEUTRON, 16, 150_000_000)
-    assert npu.vendor_target == "mcxn94x" and get_target("imxrt700").npu.vendor_target == ""
-
-
 _MEMORIES = ("Sram", "Dram", "OnChipFlash", "OffChipFlash")
 
 
@@ -101,6 +95,8 @@ def test_vela_reads_the_project_sections(name, path):
         mode = ini[f"Memory_Mode.{vela.memory_mode}"]
         arch = architecture(vela, VelaOptions())
         assert arch.core_clock == float(system["core_clock"]) == target.npu.clock_hz
+        if vela.arena_cache_size is not None:  # the NPU's SRAM, Dedicated_Sram's cache
+            assert arch.arena_cache_size == vela.arena_cache_size == target.npu.sram_bytes
         assert arch.axi0_port.name == system["axi0_port"]
         for key, value in system.items():
             memory, _, field = key.partition("_")
@@ -149,6 +145,12 @@ def test_ds_cnn_compiles_for_the_board(name):
         stats = prog.report.partitions[0].stats
         assert (stats["clock_hz"], stats["macs_per_cycle"]) == (target.npu.clock_hz,
                                                                 target.npu.macs_per_cycle)
+    # the latency model times the NPU at the preset's clock, a Neutron at its MACs per cycle
+    npu_row = next(r for r in prog.report.latency["rows"] if r["runs_on"] == "npu")
+    assert npu_row["us"] == pytest.approx(npu_row["cycles"] / target.npu.clock_hz * 1e6)
+    if not ethos:
+        assert npu_row["cycles"] >= npu_row["work"] / target.npu.macs_per_cycle > 0
+        assert f"/ {target.npu.macs_per_cycle} per cycle" in npu_row["basis"]
     # the placement and the board's regions, named and sized as the preset has them
     placement = prog.report.placement
     assert placement["asked"] == "auto" and placement["memory"] in target.placements
