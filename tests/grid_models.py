@@ -1,22 +1,25 @@
 """Small model factories for the compare and sweep tests (``tests/test_compare_sweep.py``):
 each returns ``(model, example_inputs, calibration)``, the same every call (fixed seeds), so
-a compile in any process gives the same program."""
+a compile in any process gives the same program. torch is imported inside the factories,
+so a worker running ``broken`` or ``crash`` starts in a moment."""
 
 from __future__ import annotations
-
-import torch
-from torch import nn
 
 CALIBRATION = 8
 
 
-def _samples(shape, seed: int) -> list[tuple[torch.Tensor]]:
+def _samples(shape, seed: int) -> list[tuple]:
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     return [(torch.randn(shape, generator=g),) for _ in range(CALIBRATION)]
 
 
 def tiny_cnn():
     """Conv, ReLU, conv, global average pool, linear: a 4-class image classifier."""
+    import torch
+    from torch import nn
+
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
                           nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU(),
@@ -27,6 +30,9 @@ def tiny_cnn():
 
 def tiny_mlp():
     """Two linear layers with a tanh between: a 3-class classifier of 32 features."""
+    import torch
+    from torch import nn
+
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 3)).eval()
     samples = _samples((1, 32), 2)
@@ -36,3 +42,10 @@ def tiny_mlp():
 def broken():
     """A factory that fails: its row carries the error."""
     raise RuntimeError("this factory cannot build its model")
+
+
+def crash():
+    """A factory whose process dies (as a crash in a native library would end it)."""
+    import os
+
+    os._exit(3)

@@ -32,8 +32,6 @@ def load_model_spec(spec) -> tuple:
     """``spec`` (see the module's docstring) -> ``(model, example inputs as a tuple,
     calibration or None)``; ConfigError naming the spec when it cannot be read or its
     factory fails."""
-    import torch
-
     if isinstance(spec, str) and spec.endswith(".pt2"):
         from .flow.export import exported_model
 
@@ -51,6 +49,8 @@ def load_model_spec(spec) -> tuple:
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         raise ConfigError(f"{_label(spec)} must return (model, example_inputs) "
                           f"or (model, example_inputs, calibration)")
+    import torch
+
     model, inputs = result[0], result[1]
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     return model, inputs, result[2] if len(result) == 3 else None

@@ -129,9 +129,8 @@ def error_row(cell: Cell, message: str) -> Row:
 
 
 def _compile_row(cell: Cell, asked: dict) -> Row:
-    from ..api import compile as compile_model
-
     model, inputs, calibration = load_model_spec(cell.source)
+    from ..api import compile as compile_model  # after the factory: a failing one is quick
     options = dict(cell.options)
     calibration = options.pop("calibration", calibration)
     prog = compile_model(model, inputs, target=cell.target, calibration=calibration,
