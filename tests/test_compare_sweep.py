@@ -235,3 +235,18 @@ def test_sweep_command_runs_a_config_relative_to_its_folder(tmp_path):
     assert int16["sqnr_db"] > int8["sqnr_db"] + 3  # 16-bit activations: ~6 dB per bit
     assert all(r["error"].endswith("this factory cannot build its model") for r in rows[2:])
     assert "Pareto front" in done.stdout and "* mlp" in done.stdout
+
+
+def test_the_example_sweep_config_names_what_exists():
+    from mcu_npu.grid.config import read_config
+    from mcu_npu.model_source import check_source
+
+    examples = HERE.parent / "examples"
+    config = read_config(examples / "sweep.toml")
+    assert config.models == {"digits": f"{examples / 'digits.py'}:calibrated",
+                             "kws": f"{examples / 'kws_cnn.py'}:factory",
+                             "resnet8": "mcu_npu.models.mlperf_tiny:resnet8"}
+    assert config.targets == ["imxrt700", "corstone-300", "corstone-320"]
+    assert config.precisions == ["int8", "int16"] and config.memory == ["auto"]
+    for spec in config.models.values():
+        check_source(spec)  # raises when a file or factory is missing

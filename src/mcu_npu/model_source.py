@@ -9,6 +9,7 @@ Also the ``.npz`` sample files the command line reads (calibration, accuracy, bu
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import sys
@@ -20,11 +21,15 @@ from .errors import ConfigError, first_line
 
 def model_name(spec) -> str:
     """A short name for a model source: the factory's name (``resnet8``), a ``.pt2`` file's
-    stem, a callable's ``__name__``."""
+    stem, a callable's ``__name__``, a ``functools.partial``'s first text argument (a
+    factory of many models, given the one's name)."""
     if isinstance(spec, str):
         if spec.endswith(".pt2"):
             return Path(spec).stem
         return spec.rpartition(":")[2] or spec
+    if isinstance(spec, functools.partial):
+        named = [a for a in spec.args if isinstance(a, str)]
+        return named[0] if named else model_name(spec.func)
     return getattr(spec, "__name__", type(spec).__name__)
 
 

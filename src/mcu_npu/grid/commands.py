@@ -23,8 +23,10 @@ def add_commands(sub) -> None:
                    help="activation precision of every compile (default int8)")
     c.add_argument("--memory", default="auto", metavar="{auto,flash,sram,dedicated-sram}",
                    help="where each program lives (default auto: the fastest that fits)")
-    c.add_argument("--npu-compiler", default="auto", metavar="C",
-                   help="auto (default), reference, neutron or vela")
+    c.add_argument("--npu-compiler", default="auto",
+                   choices=("auto", "reference", "neutron", "vela"),
+                   help="the NPU compiler of every compile (default auto; see `mcu-npu "
+                        "compile --help`)")
     _common(c)
     c.set_defaults(func=cmd_compare)
     s = sub.add_parser("sweep", help="compile every model x target x precision x memory "
@@ -51,10 +53,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 def cmd_compare(args) -> int:
     from ..model_source import check_source, load_calibration, load_model_spec
     from ..targets import targets as all_targets
-    from .run import _targets, compare
+    from .run import check_targets, compare
 
     _check(args)
-    names = _targets(args.targets.split(",") if args.targets else all_targets())
+    names = check_targets(args.targets.split(",") if args.targets else all_targets())
     check_source(args.model)
     calibration = None
     if args.calibration:

@@ -103,7 +103,7 @@ def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
     processes). ``compile_kwargs`` go to every ``mcu_npu.compile`` (``precision``,
     ``memory``, ``npu_compiler``, ``io``, ...). ``executor``, ``workers``, ``ray_address``,
     ``progress``, ``on_row``: as for ``sweep``."""
-    targets = _targets(all_targets() if targets is None else targets)
+    targets = check_targets(all_targets() if targets is None else targets)
     if isinstance(model, str) or callable(model) and not (_is_module(model) or
                                                          _is_exported(model)):
         if example_inputs is not None:
@@ -152,7 +152,7 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
                               f"'module:factory' or a module-level function), not "
                               f"{type(m).__name__}: a module is not sent to worker processes")
         check_source(m)
-    targets = _targets(targets)
+    targets = check_targets(targets)
     precisions = list(precisions) or [None]
     memory = list(memory) or ["auto"]
     cells = [Cell(m, t, p, mem, compile_kwargs, name or "") for name, m in named
@@ -196,7 +196,7 @@ def progress_line(done: int, total: int, elapsed: float, row: Row) -> str:
             f"({row.seconds:.1f} s)")
 
 
-def _targets(names: Iterable[str]) -> list[str]:
+def check_targets(names: Iterable[str]) -> list[str]:
     """The presets' names, each checked (ConfigError naming the valid ones)."""
     names = [names] if isinstance(names, str) else list(names)
     if not names:
