@@ -8,9 +8,14 @@ Run::
     PYTHONPATH=src python benchmarks/model_library.py                       # every model, 3 SoCs
     PYTHONPATH=src python benchmarks/model_library.py --targets corstone-320 --jobs 2
     PYTHONPATH=src python benchmarks/model_library.py --models vit_tiny_patch16_224 levit_128s
+    PYTHONPATH=src python benchmarks/model_library.py --sweep -j 2 --html library.html
 
 Each model is compiled in a worker process of its own (``--timeout`` seconds at most), so one
-crash or hang costs one row. The model list is ``MODELS`` in ``tests/model_library.py``; timm
+crash or hang costs one row. ``--sweep`` runs the whole list x targets as one
+``mcu_npu.sweep`` instead (a spawn process pool of ``--jobs`` workers, one per core by
+default; no per-cell timeout): the same rows, but the SQNRs are the compile report's, over
+the 8 calibration samples rather than 8 held-out inputs, and the grid's Pareto front (latency,
+SQNR, RAM) and, with ``--html``, its page follow the table. The model list is ``MODELS`` in ``tests/model_library.py``; timm
 comes with the test dependencies. This script prints only; it asserts nothing.
 """
 
@@ -89,23 +94,75 @@ def _fmt(row: dict) -> str:
     return text + (f"  {row['error'][:80]}" if row.get("error") else "")
 
 
+def _from_grid(row) -> dict:
+    """A row of ``mcu_npu.sweep`` as this script's row."""
+    out = {"model": row.model, "target": row.target, "seconds": row.seconds}
+    if not row.ok:
+        build = row.error.startswith("ConfigError: the model factory")
+        return {**out, "status": "build" if build else "fail", "error": row.error}
+    return {**out, "status": "ok", "ops": row.ops_total, "npu": row.ops_on_npu,
+            "partitions": row.partitions, "pte": row.pte_bytes, "host_sqnr": row.sqnr_db,
+            "ref_sqnr": row.reference_sqnr_db}
+
+
+def _sweep(args) -> list[dict]:
+    """Every model x target as one ``mcu_npu.sweep``; prints each row as it finishes."""
+    import functools
+
+    import model_library
+
+    import mcu_npu
+    from mcu_npu.grid.run import front_line
+
+    rows = []
+
+    def show(row):
+        rows.append(_from_grid(row))
+        print(_fmt(rows[-1]), flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
+
+    models = {m: functools.partial(model_library.factory, m) for m in args.models}
+    start = time.time()
+    grid = mcu_npu.sweep(models, args.targets, workers=args.jobs, progress=False, on_row=show)
+    print(f"\n{len(grid.rows)} cells in {time.time() - start:.0f} s wall; Pareto front "
+          f"(latency, SQNR, RAM; rows that fit):")
+    for r in grid.front:
+        print(f"  {front_line(r)}")
+    if args.html:
+        with open(args.html, "w") as f:
+            f.write(grid.to_html())
+    return rows
+
+
 def main() -> None:
     import model_library
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=list(model_library.MODELS))
     ap.add_argument("--targets", nargs="*", default=list(TARGETS))
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("-j", "--jobs", type=int, default=None,
+                    help="worker processes (default 1; with --sweep one per core)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--json", help="write every row to this file as it comes")
+    ap.add_argument("--sweep", action="store_true",
+                    help="run the whole grid as one mcu_npu.sweep (see the docstring)")
+    ap.add_argument("--html", help="with --sweep: write the grid's page here")
     args = ap.parse_args()
 
-    tasks = [(m, t) for m in args.models for t in args.targets]
     print(f"{'model':26} {'target':13} {'state':5} {'npu/ops':9} {'parts':5} "
           f"{'host dB':>7} {'ref dB':>7} {'compile':>7} {'pte bytes':>10}", flush=True)
+    rows = _sweep(args) if args.sweep else _pool(args)
+    _summary(rows, args)
+
+
+def _pool(args) -> list[dict]:
+    """Each model x target in a worker of a ``multiprocessing`` pool, with a timeout."""
+    tasks = [(m, t) for m in args.models for t in args.targets]
     rows = []
     ctx = mp.get_context("spawn")
-    with ctx.Pool(args.jobs, maxtasksperchild=1) as pool:
+    with ctx.Pool(args.jobs or 1, maxtasksperchild=1) as pool:
         pending = [(task, pool.apply_async(_worker, (task,))) for task in tasks]
         for (name, target), res in pending:
             try:
@@ -121,7 +178,10 @@ def main() -> None:
             if args.json:
                 with open(args.json, "a") as f:
                     f.write(json.dumps(row) + "\n")
+    return rows
 
+
+def _summary(rows: list[dict], args) -> None:
     ok = [r for r in rows if r["status"] == "ok"]
     print(f"\n{len(ok)}/{len(rows)} compiled and ran "
           f"({len({r['model'] for r in rows})} models x {len(args.targets)} targets)")

@@ -22,6 +22,10 @@ def __getattr__(name):
         from . import api, report
 
         return getattr(api, name, None) or getattr(report, name)
+    if name in ("compare", "sweep"):
+        from . import grid
+
+        return getattr(grid, name)
     if name == "AutoPrecision":
         from .quantization.precision import AutoPrecision
 
@@ -33,6 +37,7 @@ from .version import __version__  # noqa: E402,F401
 
 __all__ = [
     "compile", "load", "CompiledProgram", "Report", "AutoPrecision", "check_bundled",
+    "compare", "sweep",
     "targets", "get_target",
     "McuNpuError", "ConfigError", "ConversionError", "InputError", "InvalidProgramError",
     "MemoryFitError", "NpuCompilerError", "UnsupportedModelError",

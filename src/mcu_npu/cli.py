@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import logging
 import os
 import sys
 import warnings
 from pathlib import Path
 
+from .model_source import load_calibration, load_model_spec  # noqa: F401  (their home)
 from .version import __version__
 
 EXIT_ERROR = 2
@@ -48,79 +48,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 _SHOW_WARNING = warnings.showwarning
-
-
-def load_model_spec(spec: str):
-    """``file.py:factory`` -> factory(); ``file.pt2`` -> (module, example inputs)."""
-    import torch
-
-    from .errors import ConfigError
-
-    if spec.endswith(".pt2"):
-        from .flow.export import exported_model
-
-        model, inputs = exported_model(spec, None)
-        if inputs is None:
-            raise ConfigError(f"{spec!r} holds no example inputs: save it with "
-                              f"torch.export.save(torch.export.export(model, inputs), ...)")
-        return model, inputs, None
-    path, sep, factory = spec.rpartition(":")
-    if not sep or not path.endswith(".py") or not factory:
-        raise ConfigError(f"MODEL must be FILE.py:FACTORY or FILE.pt2, got {spec!r}")
-    if not Path(path).is_file():
-        raise ConfigError(f"model file {path!r} not found")
-    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.path.insert(0, str(Path(path).resolve().parent))
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:
-        raise ConfigError(f"importing {path!r} failed: {_first_line(exc)}") from exc
-    finally:
-        sys.path.pop(0)
-    fn = getattr(module, factory, None)
-    if not callable(fn):
-        raise ConfigError(f"{path!r} has no function {factory!r}")
-    try:
-        result = fn()
-    except Exception as exc:  # the user's code: any type
-        raise ConfigError(f"the model factory {spec} failed: {type(exc).__name__}: "
-                          f"{_first_line(exc)}") from exc
-    if not isinstance(result, tuple) or len(result) not in (2, 3):
-        raise ConfigError(f"{spec} must return (model, example_inputs) "
-                          f"or (model, example_inputs, calibration)")
-    model, inputs = result[0], result[1]
-    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
-    return model, inputs, result[2] if len(result) == 3 else None
-
-
-def load_calibration(path: str, example_inputs: tuple, what: str = "calibration") \
-        -> list[tuple]:
-    """An .npz with one array per model input (in order), each [N, *input shape]."""
-    import numpy as np
-    import torch
-
-    from .errors import ConfigError
-
-    if not Path(path).is_file():
-        raise ConfigError(f"{what} file {path!r} not found")
-    try:
-        data = np.load(path)
-        arrays = [data[k] for k in data.files] if hasattr(data, "files") else [data]
-    except Exception as exc:
-        raise ConfigError(f"cannot read {what} file {path!r}: {_first_line(exc)}") from exc
-    if len(arrays) != len(example_inputs):
-        raise ConfigError(f"{what} file has {len(arrays)} arrays but the model takes "
-                          f"{len(example_inputs)} inputs")
-    for i, (a, e) in enumerate(zip(arrays, example_inputs)):
-        if tuple(a.shape[1:]) != tuple(e.shape):
-            raise ConfigError(f"{what} array {i} has shape {tuple(a.shape)}; expected "
-                              f"(N, {', '.join(map(str, e.shape))}) to match input {i}")
-    n = len(arrays[0])
-    if any(len(a) != n for a in arrays):
-        raise ConfigError(f"{what} arrays hold different numbers of samples")
-    return [tuple(torch.from_numpy(np.ascontiguousarray(a[k])).to(e.dtype)
-                  for a, e in zip(arrays, example_inputs)) for k in range(n)]
 
 
 def precision_arg(args):
@@ -466,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=cmd_check)
     t = sub.add_parser("targets", help="list the target presets")
     t.set_defaults(func=cmd_targets)
+    from .grid.commands import add_commands
+
+    add_commands(sub)  # compare, sweep
     return p
 
 

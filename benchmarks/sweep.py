@@ -1,0 +1,102 @@
+"""``mcu_npu.compare`` and ``mcu_npu.sweep`` at work: MobileNetV1-0.25 (MLPerf Tiny VWW)
+compared across every target preset, then the MLPerf Tiny, signal and block reference models
+swept over four targets twice, with one worker process and with the pool (``-j``, one per
+core by default), printing both wall times, whether the two runs gave the same rows (they
+must: compiles are deterministic) and the Pareto front (latency, SQNR, RAM).
+
+Run::
+
+    PYTHONPATH=src python benchmarks/sweep.py                  # both parts
+    PYTHONPATH=src python benchmarks/sweep.py --part compare --html compare.html
+    PYTHONPATH=src python benchmarks/sweep.py --part sweep -j 2 --html sweep.html
+
+Every model is calibrated on 8 standard-normal samples (seed 0); SQNR and top-1 agreement
+are the compile report's, over those samples. Wall times depend on the machine and on what
+else runs on it; this script prints them and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+
+SWEEP_TARGETS = ("imxrt700", "corstone-300", "corstone-320", "ethos-u55-64")
+SWEEP_MODELS = ("ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder", "eegnet_style",
+                "gated_temporal_block", "inception_time_1d", "unet_1d", "mobilenet_v3_style")
+CALIBRATION = 8
+
+
+def calibrated(name: str):
+    """``(model, example inputs, 8 standard-normal calibration samples)`` of the reference
+    model ``name`` (``mcu_npu.models``); sent to workers as ``partial(calibrated, name)``."""
+    import torch
+
+    from mcu_npu.models import BLOCK_MODELS, MODELS, SIGNAL_MODELS
+
+    model, example = {**MODELS, **SIGNAL_MODELS, **BLOCK_MODELS}[name]()
+    g = torch.Generator().manual_seed(0)
+    samples = [tuple(torch.randn(x.shape, generator=g) for x in example)
+               for _ in range(CALIBRATION)]
+    return model, samples[0], samples
+
+
+def run_compare(args) -> None:
+    import mcu_npu
+
+    start = time.time()
+    grid = mcu_npu.compare(functools.partial(calibrated, "mobilenet_v1_025"),
+                           targets=mcu_npu.targets(), workers=args.jobs, progress=True)
+    print(grid)
+    print(f"\n{len(grid.rows)} targets in {time.time() - start:.0f} s wall")
+    _write(args.html, grid)
+
+
+def run_sweep(args) -> None:
+    import mcu_npu
+
+    models = {m: functools.partial(calibrated, m) for m in args.models}
+    runs = {}
+    for label, workers in (("1 worker", 1), ("pool", args.jobs)):
+        start = time.time()
+        grid = mcu_npu.sweep(models, args.targets, workers=workers, progress=True)
+        runs[label] = (grid, time.time() - start)
+        print(f"== {label} ({workers or 'one per core'}): {len(grid.rows)} cells in "
+              f"{runs[label][1]:.0f} s wall", flush=True)
+    grid = runs["pool"][0]
+    print(grid)
+    same = runs["1 worker"][0].rows == grid.rows
+    print(f"\nwall time: 1 worker {runs['1 worker'][1]:.0f} s, pool {runs['pool'][1]:.0f} s "
+          f"({os.cpu_count()} cores, shared with whatever else runs); rows identical: {same}")
+    _write(args.html, grid)
+
+
+def _write(path, grid) -> None:
+    if path:
+        with open(path, "w") as f:
+            f.write(grid.to_html())
+        print(f"wrote {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=("compare", "sweep", "both"), default="both")
+    ap.add_argument("--models", nargs="*", default=list(SWEEP_MODELS))
+    ap.add_argument("--targets", nargs="*", default=list(SWEEP_TARGETS))
+    ap.add_argument("-j", "--jobs", type=int, default=None,
+                    help="worker processes of the pool (default: one per core)")
+    ap.add_argument("--html", help="write the (last) grid's page here")
+    args = ap.parse_args()
+    if args.part in ("compare", "both"):
+        run_compare(args)
+    if args.part in ("sweep", "both"):
+        run_sweep(args)
+
+
+if __name__ == "__main__":
+    main()

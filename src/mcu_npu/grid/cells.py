@@ -1,0 +1,181 @@
+"""One cell of a grid: a model (named by its factory), a target, a precision and a memory
+placement, compiled in whichever process runs it; and its row, the figures a comparison
+reads, as plain values that cross a process boundary.
+
+``run_cell`` never raises for a failed compile: the failure is the row's ``error``, so one
+model a target cannot take costs one row, not the grid."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from ..errors import first_line
+from ..model_source import load_model_spec, model_name
+
+TOP1_SAMPLES = 8
+"""Samples the top-1 agreement is counted on (the calibration samples the report's SQNR is
+measured on: ``flow.measure.ACCURACY_SAMPLES``), unless ``accuracy_samples`` are given."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What to compile: ``source`` a model factory (``file.py:factory``,
+    ``module:factory``, a module-level callable; see ``model_source``), ``options`` the
+    other ``mcu_npu.compile`` arguments (calibration samples included; they override the
+    factory's)."""
+
+    source: object
+    target: str
+    precision: object = None
+    memory: str = "auto"
+    options: dict = field(default_factory=dict)
+    name: str = ""
+    """The model's name in the row (default: the factory's name)."""
+
+    def label(self) -> str:
+        return (f"{self.name or model_name(self.source)} on {self.target} "
+                f"({precision_label(self.precision)}, memory {self.memory})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """A cell's outcome: what was asked (``model``, ``target``, ``precision``, ``memory``),
+    the compile's figures from ``report.summary`` where it compiled, else ``error``.
+    ``npu_share`` is the NPU's share of the estimated latency; ``top1_agreement`` the
+    fraction of samples whose argmax the program shares with the float model (classifier
+    outputs only). ``seconds`` (the compile's wall time) is left out of equality: everything
+    else is the same on every run."""
+
+    model: str
+    target: str
+    precision: str
+    memory: str
+    error: str = ""
+    npu_compiler: str | None = None
+    fits: bool | None = None
+    latency_us: float | None = None
+    npu_us: float | None = None
+    cpu_us: float | None = None
+    npu_share: float | None = None
+    ops_on_npu: int | None = None
+    ops_total: int | None = None
+    partitions: int | None = None
+    flash_bytes: int | None = None
+    ram_bytes: int | None = None
+    memory_placement: str | None = None
+    int16_ops: int | None = None
+    sqnr_db: float | None = None
+    reference_sqnr_db: float | None = None
+    top1_agreement: float | None = None
+    top1_samples: int = 0
+    host_only: bool = False
+    pte_bytes: int | None = None
+    warnings: tuple[str, ...] = ()
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Row":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: (tuple(v) if k == "warnings" else v) for k, v in d.items()
+                      if k in names})
+
+
+def precision_label(precision) -> str:
+    """``compile``'s ``precision`` as a table cell: ``int8`` (None), ``int16``, ``auto``,
+    ``int8+gru:int16`` for overrides."""
+    if precision is None:
+        return "int8"
+    if isinstance(precision, str):
+        return precision
+    if isinstance(precision, dict):
+        extra = ",".join(f"{k}:{v}" for k, v in (precision.get("overrides") or {}).items())
+        return precision.get("default", "int8") + (f"+{extra}" if extra else "")
+    return "auto" if type(precision).__name__ == "AutoPrecision" else str(precision)
+
+
+def run_cell(cell: Cell) -> Row:
+    """Compile ``cell`` in this process and measure it; a failure is the row's ``error``
+    (the exception's type and first line). mcu-npu's warnings go into ``warnings``."""
+    asked = dict(model=cell.name or model_name(cell.source), target=cell.target,
+                 precision=precision_label(cell.precision), memory=cell.memory)
+    start = time.monotonic()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            row = _compile_row(cell, asked)
+    except Exception as exc:  # noqa: BLE001  (a failed compile is a row, whatever raised it)
+        return Row(**asked, error=f"{type(exc).__name__}: {first_line(exc)}",
+                   seconds=time.monotonic() - start)
+    # mcu-npu's warnings point at its caller, ``_compile_row`` here; others' at themselves
+    notes = tuple(dict.fromkeys(str(w.message).splitlines()[0] for w in caught
+                                if issubclass(w.category, UserWarning)
+                                and "mcu_npu" in (w.filename or "")))
+    return replace(row, warnings=notes, seconds=time.monotonic() - start)
+
+
+def error_row(cell: Cell, message: str) -> Row:
+    """The row of a cell whose process failed before it could answer (a crash)."""
+    return Row(model=cell.name or model_name(cell.source), target=cell.target,
+               precision=precision_label(cell.precision), memory=cell.memory, error=message)
+
+
+def _compile_row(cell: Cell, asked: dict) -> Row:
+    model, inputs, calibration = load_model_spec(cell.source)
+    from ..api import compile as compile_model  # after the factory: a failing one is quick
+    options = dict(cell.options)
+    calibration = options.pop("calibration", calibration)
+    prog = compile_model(model, inputs, target=cell.target, calibration=calibration,
+                         precision=cell.precision, memory=cell.memory, progress=False,
+                         **options)
+    s = prog.report.summary
+    samples = options.get("accuracy_samples") or calibration or [inputs]
+    agreement, counted = top1_agreement(prog, model, inputs, samples[:TOP1_SAMPLES])
+    latency, npu = s.get("latency_us"), s.get("npu_us")
+    return Row(**asked, npu_compiler=s.get("npu_compiler"), fits=s.get("memory_fits"),
+               latency_us=latency, npu_us=npu, cpu_us=s.get("cpu_us"),
+               npu_share=round(npu / latency, 4) if latency and npu is not None else None,
+               ops_on_npu=s["ops_on_npu"], ops_total=s["ops_total"],
+               partitions=s["partitions"], flash_bytes=s.get("flash_bytes"),
+               ram_bytes=s.get("ram_bytes"), memory_placement=s.get("memory_placement"),
+               int16_ops=s.get("int16_ops"), sqnr_db=s.get("sqnr_db"),
+               reference_sqnr_db=s.get("reference_sqnr_db"), top1_agreement=agreement,
+               top1_samples=counted, host_only=bool(s.get("host_only")),
+               pte_bytes=len(prog.buffer))
+
+
+def top1_agreement(prog, model, example_inputs: tuple, samples) -> tuple[float | None, int]:
+    """(fraction of samples whose argmax over the last axis is the float model's, number of
+    samples): for one classifier output, shaped (N, classes) with more than one class and
+    unlike every input's shape (an autoencoder's reconstruction is no classification);
+    (None, 0) for any other output."""
+    import torch
+
+    samples = [(s,) if isinstance(s, torch.Tensor) else tuple(s) for s in samples]
+    with torch.no_grad():
+        expected = model(*samples[0])
+    if not _is_classifier(expected, example_inputs):
+        return None, 0
+    same = total = 0
+    with torch.no_grad():
+        for s in samples:
+            want = model(*s).argmax(-1)
+            got = prog.dequantize_outputs(prog.run(*prog.quantize_inputs(*s)))[0].argmax(-1)
+            same += int((want == got).sum())
+            total += want.numel()
+    return round(same / total, 4), total
+
+
+def _is_classifier(out, inputs: tuple) -> bool:
+    import torch
+
+    return isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[-1] > 1 and \
+        all(tuple(out.shape) != tuple(x.shape) for x in inputs)

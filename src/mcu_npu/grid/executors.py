@@ -1,0 +1,137 @@
+"""Running a grid's cells: in worker processes (``concurrent.futures.ProcessPoolExecutor``
+with the ``spawn`` start method, the default), on a Ray cluster, on an executor the caller
+gives, or in this process. Each path hands ``cells.run_cell`` one cell at a time and yields
+``(index, row)`` as each cell finishes, in whatever order they finish.
+
+A worker process that dies (a crash inside a native library) breaks its pool; the cells it
+left unfinished are run again, each alone in a new single-worker pool, so the cell that
+crashes is the one whose row says so."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import Iterator, Sequence
+
+from ..errors import ConfigError, first_line
+from .cells import Cell, Row, error_row, run_cell
+
+EXECUTORS = ("process", "ray", "serial")
+"""``executor=`` names: worker processes, a Ray cluster, this process."""
+
+
+def default_workers(cells: int) -> int:
+    """Worker processes by default: one per core this process may run on, at most one per
+    cell."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    return max(1, min(cores, cells))
+
+
+def run_cells(cells: Sequence[Cell], executor="process", *, workers: int | None = None,
+              ray_address: str | None = None) -> Iterator[tuple[int, Row]]:
+    """``(index into cells, row)`` for every cell, as each finishes."""
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"workers must be a positive number of processes, not {workers!r}")
+    if isinstance(executor, Executor):
+        return _on_executor(cells, executor)
+    if executor == "serial":
+        return ((i, run_cell(c)) for i, c in enumerate(cells))
+    if executor == "process":
+        return _in_processes(cells, workers or default_workers(len(cells)))
+    if executor == "ray":
+        return _on_ray(cells, ray_address, workers)
+    raise ConfigError(f"unknown executor {executor!r}; choose one of: {', '.join(EXECUTORS)}, "
+                      f"or pass a concurrent.futures.Executor")
+
+
+def _on_executor(cells, executor: Executor) -> Iterator[tuple[int, Row]]:
+    futures = {executor.submit(run_cell, c): i for i, c in enumerate(cells)}
+    for future in as_completed(futures):
+        i = futures[future]
+        yield i, _result(future, cells[i])
+
+
+def _result(future, cell: Cell) -> Row:
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001  (the worker, not the compile, failed)
+        return error_row(cell, f"the worker failed: {type(exc).__name__}: {first_line(exc)}")
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    # spawn: a fresh interpreter per worker; forking a process that has loaded torch's
+    # thread pools can deadlock the child
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
+    broken: list[int] = []
+    pool = _pool(workers)
+    try:
+        futures = {pool.submit(run_cell, c): i for i, c in enumerate(cells)}
+        for future in as_completed(futures):
+            i = futures[future]
+            if isinstance(future.exception(), BrokenProcessPool):
+                broken.append(i)
+                continue
+            yield i, _result(future, cells[i])
+    finally:  # stopped early (an interrupt): the cells not started are not run
+        pool.shutdown(wait=True, cancel_futures=True)
+    for i in sorted(broken):  # each alone, so a crash is pinned on its own cell
+        with _pool(1) as pool:
+            future = pool.submit(run_cell, cells[i])
+            if isinstance(future.exception(), BrokenProcessPool):
+                yield i, error_row(cells[i], "the worker process died compiling this cell "
+                                   "(a crash in a native library; run it alone with "
+                                   "`mcu-npu compile` to see it)")
+            else:
+                yield i, _result(future, cells[i])
+
+
+def import_ray():
+    """Ray, imported on first use; ConfigError saying how to install it when it is not."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("the Ray executor needs Ray: pip install 'mcu-npu[ray]'") from None
+    return ray
+
+
+def _on_ray(cells, address: str | None, workers: int | None) -> Iterator[tuple[int, Row]]:
+    """The cells as Ray tasks (one CPU each) of the cluster at ``address`` ("local" or None:
+    one started here, unless this process is already connected to one), gathered with
+    ``ray.wait`` as they finish. The nodes need mcu-npu installed, and a model given as
+    ``file.py:factory`` at the same path."""
+    ray = import_ray()
+    started = not ray.is_initialized()
+    if started:
+        options = dict(include_dashboard=False, log_to_driver=False, logging_level="warning")
+        if address in (None, "local"):
+            options["num_cpus"] = workers or default_workers(len(cells))
+            # the workers import mcu-npu and the factories as this process does
+            options["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(
+                p for p in sys.path if p)}}
+        else:
+            options["address"] = address
+        ray.init(**options)
+    try:
+        task = ray.remote(num_cpus=1)(run_cell)
+        refs = {task.remote(c): i for i, c in enumerate(cells)}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                i = refs[ref]
+                try:
+                    row = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001  (a worker died, a task failed)
+                    row = error_row(cells[i], f"the Ray task failed: {type(exc).__name__}: "
+                                    f"{first_line(exc)}")
+                yield i, row
+    finally:
+        if started:
+            ray.shutdown()

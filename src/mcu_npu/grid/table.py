@@ -1,0 +1,97 @@
+"""A grid's rows as a text table, side by side: what was asked, whether it fits, the latency
+estimate and the NPU's share of it, what runs on the NPU, flash and RAM, accuracy against
+the float model, where the program was placed; a failed cell shows its error. Columns whose
+value is the same on every row (one model, one precision) move into the heading."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .cells import Row
+
+ASKED = (("model", "model"), ("target", "target"), ("precision", "precision"),
+         ("memory", "memory"))
+"""(field, heading) of what a row was asked for."""
+
+FIGURES: tuple[tuple[str, object], ...] = (
+    ("fits", lambda r: "-" if r.fits is None else ("yes" if r.fits else "NO")),
+    ("latency us", lambda r: _num(r.latency_us, "{:,.1f}")),
+    ("NPU time", lambda r: _num(r.npu_share, "{:.0%}")),
+    ("ops on NPU", lambda r: f"{r.ops_on_npu}/{r.ops_total}"),
+    ("parts", lambda r: str(r.partitions)),
+    ("NPU compiler", lambda r: r.npu_compiler or "-"),
+    ("placed in", lambda r: r.memory_placement or "-"),
+    ("flash KiB", lambda r: _num(r.flash_bytes, "{:,.1f}", 1 / 1024)),
+    ("RAM KiB", lambda r: _num(r.ram_bytes, "{:,.1f}", 1 / 1024)),
+    ("SQNR dB", lambda r: _num(r.sqnr_db, "{:.2f}")),
+    ("ref dB", lambda r: _num(r.reference_sqnr_db, "{:.2f}")),
+    ("top-1", lambda r: "-" if r.top1_agreement is None else
+     f"{r.top1_agreement:.0%} of {r.top1_samples}"),
+    ("int16 ops", lambda r: "-" if r.int16_ops is None else str(r.int16_ops)),
+)
+"""(heading, cell text of a compiled row)."""
+
+NUMERIC = {"latency us", "NPU time", "ops on NPU", "parts", "flash KiB", "RAM KiB", "SQNR dB",
+           "ref dB", "int16 ops"}
+
+
+def _num(value, fmt: str, scale: float = 1) -> str:
+    return "-" if value is None else fmt.format(value * scale)
+
+
+def varying(rows: Sequence[Row]) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """(the asked-for columns that differ between rows, {field: value} of those that do
+    not); the target always gets a column."""
+    shown, fixed = [], {}
+    for key, head in ASKED:
+        values = {getattr(r, key) for r in rows}
+        if key == "target" or len(values) > 1:
+            shown.append((key, head))
+        elif values:
+            fixed[key] = values.pop()
+    return shown, fixed
+
+
+def table_cells(rows: Sequence[Row]) -> tuple[dict[str, str], list[str], list[list[str]]]:
+    """({field: value} the same on every row, the headings, each row's cell texts). A failed
+    row has the asked-for cells and then one: ``error: ...``."""
+    asked, fixed = varying(rows)
+    figures = [(h, f) for h, f in FIGURES if h != "int16 ops" or
+               any(r.int16_ops is not None for r in rows)]
+    head = [h for _, h in asked] + [h for h, _ in figures]
+    body = []
+    for r in rows:
+        cells = [str(getattr(r, k)) for k, _ in asked]
+        if r.ok:
+            cells += [fn(r) for _, fn in figures]
+        else:
+            cells.append(f"error: {r.error}")
+        body.append(cells)
+    return fixed, head, body
+
+
+def format_table(rows: Sequence[Row], front: Sequence[Row] = ()) -> str:
+    """The rows as aligned text; a Pareto-front row is marked ``*``."""
+    if not rows:
+        return "(no cells)"
+    fixed, head, body = table_cells(rows)
+    n = len(head) - sum(1 for h, _ in FIGURES if h in head)
+    full = [cells for cells in body if len(cells) == len(head)]
+    widths = [max([len(head[c])] + [len(cells[c]) for cells in (full if c >= n else body)])
+              for c in range(len(head))]
+    lines = [", ".join(f"{k} {v}" for k, v in fixed.items())] if fixed else []
+    lines.append("  " + _join(head, widths, head))
+    for r, cells in zip(rows, body):
+        mark = "*" if any(r is f for f in front) else " "
+        if len(cells) == len(head):
+            lines.append(f"{mark} " + _join(cells, widths, head))
+        else:  # an error: the asked-for columns, then the message
+            lines.append(f"{mark} " + _join(cells[:n], widths, head, strip=False) + "  "
+                         + cells[n])
+    return "\n".join(lines)
+
+
+def _join(cells, widths, head, strip: bool = True) -> str:
+    text = "  ".join(c.rjust(w) if h in NUMERIC else c.ljust(w)
+                     for c, w, h in zip(cells, widths, head))
+    return text.rstrip() if strip else text
