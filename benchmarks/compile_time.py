@@ -7,7 +7,8 @@ Run::
     PYTHONPATH=src python benchmarks/compile_time.py --models ds_cnn --targets imxrt700
     PYTHONPATH=src python benchmarks/compile_time.py --group blocks
     PYTHONPATH=src python benchmarks/compile_time.py --group speech   # conv + 2-layer LSTM/GRU
-    PYTHONPATH=src python benchmarks/compile_time.py --group mlperf --calibration-method minmax auto
+    PYTHONPATH=src python benchmarks/compile_time.py --group mlperf --threads 1 \
+        --calibration-method minmax auto
 
 For each model (the MLPerf Tiny models of ``mcu_npu.models.mlperf_tiny``; the GRU
 classifiers of ``ethos_u.py`` and an LSTM classifier; the block models of
@@ -33,7 +34,8 @@ is 3 or more. Wall-clock figures on this machine; the script asserts nothing.
 ``--calibration-method`` compiles each row with those methods (``compile(...,
 calibration_method=m)``; default: the compile's own default) and, given more than one, ends
 with the CPU seconds of each against the first: process CPU time, which other jobs on a
-shared machine do not inflate the way they do wall time.
+shared machine do not inflate the way they do wall time (with ``--threads 1``: threads
+waiting for a busy core spin, and that counts as CPU time too).
 """
 
 from __future__ import annotations
@@ -176,11 +178,14 @@ def worker(name: str, target: str, method: str | None = None) -> dict:
             "npu_ops": f"{s['ops_on_npu']}/{s['ops_total']}", "partitions": s["partitions"]}
 
 
-def run(name: str, target: str, timeout: float, method: str | None = None) -> dict:
+def run(name: str, target: str, timeout: float, method: str | None = None,
+        threads: int | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]),
                    PYTHONWARNINGS="ignore")
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, target, out,
                *([method] if method else [])]
         try:
@@ -215,6 +220,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calibration-method", nargs="+", default=[None], metavar="M",
                     help="compile each row with these calibration methods (the first is "
                          "the one the others' CPU time is compared with)")
+    ap.add_argument("--threads", type=int, metavar="N",
+                    help="torch threads per compile (OMP_NUM_THREADS; default: torch's own)")
     args = ap.parse_args(argv)
     models = args.models or [m for g in (args.group or GROUPS) for m in GROUPS[g]
                              if not (args.quick and m in RECURRENT + SPEECH)]
@@ -227,7 +234,7 @@ def main(argv=None) -> int:
     cpu: dict = {}
     for name, target, method in ((n, t, m) for n in models for t in args.targets
                                  for m in methods):
-        r = run(name, target, args.timeout, method)
+        r = run(name, target, args.timeout, method, args.threads)
         if not r.get("ok"):
             print(f"{name:<26} {target:<13} FAILED: {r.get('error')}")
             continue
