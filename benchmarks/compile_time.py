@@ -7,6 +7,8 @@ Run::
     PYTHONPATH=src python benchmarks/compile_time.py --models ds_cnn --targets imxrt700
     PYTHONPATH=src python benchmarks/compile_time.py --group blocks
     PYTHONPATH=src python benchmarks/compile_time.py --group speech   # conv + 2-layer LSTM/GRU
+    PYTHONPATH=src python benchmarks/compile_time.py --group mlperf --threads 1 \
+        --calibration-method minmax auto
 
 For each model (the MLPerf Tiny models of ``mcu_npu.models.mlperf_tiny``; the GRU
 classifiers of ``ethos_u.py`` and an LSTM classifier; the block models of
@@ -28,6 +30,12 @@ in one fresh process per row:
 It prints ``ratio = ours / (baseline + npu)``: the time this project adds around what any
 flow must spend, ``ratio-c`` the same without calibration, and lists the rows whose ratio
 is 3 or more. Wall-clock figures on this machine; the script asserts nothing.
+
+``--calibration-method`` compiles each row with those methods (``compile(...,
+calibration_method=m)``; default: the compile's own default) and, given more than one, ends
+with the CPU seconds of each against the first: process CPU time, which other jobs on a
+shared machine do not inflate the way they do wall time (with ``--threads 1``: threads
+waiting for a busy core spin, and that counts as CPU time too).
 """
 
 from __future__ import annotations
@@ -119,7 +127,7 @@ def _conv_recurrent(cell: str, features: int, hidden: int, classes: int, frames:
         return ConvRecurrent().eval(), (torch.randn(1, features, frames),)
 
 
-def worker(name: str, target: str) -> dict:
+def worker(name: str, target: str, method: str | None = None) -> dict:
     import torch
     from executorch.exir import to_edge
 
@@ -160,7 +168,8 @@ def worker(name: str, target: str) -> dict:
     neutron_quantizer.calibrate = timed_calibration
     with capture_regor() as calls:
         t, cpu = time.perf_counter(), time.process_time()
-        prog = mcu_npu.compile(model, example, target=target, calibration=calibration)
+        kwargs = {"calibration_method": method} if method else {}
+        prog = mcu_npu.compile(model, example, target=target, calibration=calibration, **kwargs)
         total, cpu = time.perf_counter() - t, time.process_time() - cpu
     s = prog.report.summary
     return {"ok": True, "baseline_s": baseline, "npu_s": sum(sec for _, sec in calls),
@@ -169,12 +178,16 @@ def worker(name: str, target: str) -> dict:
             "npu_ops": f"{s['ops_on_npu']}/{s['ops_total']}", "partitions": s["partitions"]}
 
 
-def run(name: str, target: str, timeout: float) -> dict:
+def run(name: str, target: str, timeout: float, method: str | None = None,
+        threads: int | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]),
                    PYTHONWARNINGS="ignore")
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, target, out]
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, target, out,
+               *([method] if method else [])]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
                                   timeout=timeout, stdin=subprocess.DEVNULL)
@@ -191,7 +204,7 @@ def main(argv=None) -> int:
     if argv is None and sys.argv[1:2] == ["--worker"]:
         name, target, out = sys.argv[2:5]
         try:
-            result = worker(name, target)
+            result = worker(name, target, *sys.argv[5:6])
         except Exception as exc:  # noqa: BLE001 - one failed row, printed
             result = {"ok": False, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
         with open(out, "w") as f:
@@ -204,29 +217,39 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", nargs="+", default=list(TARGETS))
     ap.add_argument("--quick", action="store_true", help="skip the recurrent models")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per row")
+    ap.add_argument("--calibration-method", nargs="+", default=[None], metavar="M",
+                    help="compile each row with these calibration methods (the first is "
+                         "the one the others' CPU time is compared with)")
+    ap.add_argument("--threads", type=int, metavar="N",
+                    help="torch threads per compile (OMP_NUM_THREADS; default: torch's own)")
     args = ap.parse_args(argv)
     models = args.models or [m for g in (args.group or GROUPS) for m in GROUPS[g]
                              if not (args.quick and m in RECURRENT + SPEECH)]
     fmt = "{:<26} {:<13} {:>9} {:>7} {:>8} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9}"
+    methods = args.calibration_method
     print(fmt.format("model", "target", "baseline", "npu", "ours", "ratio", "calib",
-                     "ratio-c", "accuracy", "compile", "cpu", "NPU ops"))
+                     "ratio-c", "accuracy", "compile", "cpu", "NPU ops")
+          + ("  calibration" if methods != [None] else ""))
     over = []
-    for name in models:
-        for target in args.targets:
-            r = run(name, target, args.timeout)
-            if not r.get("ok"):
-                print(f"{name:<26} {target:<13} FAILED: {r.get('error')}")
-                continue
-            ratio = r["ours_s"] / (r["baseline_s"] + r["npu_s"])
-            if ratio >= 3:
-                over.append(f"{name} on {target}: {ratio:.2f}")
-            calib = r["calibration_s"]
-            print(fmt.format(name, target, f"{r['baseline_s']:.2f}", f"{r['npu_s']:.2f}",
-                             f"{r['ours_s']:.2f}", f"{ratio:.2f}", f"{calib:.2f}",
-                             f"{(r['ours_s'] - calib) / (r['baseline_s'] + r['npu_s']):.2f}",
-                             f"{r['accuracy_s']:.2f}", f"{r['ours_s'] + r['accuracy_s']:.1f}",
-                             f"{r['cpu_s']:.1f}", r["npu_ops"]))
-            sys.stdout.flush()
+    cpu: dict = {}
+    for name, target, method in ((n, t, m) for n in models for t in args.targets
+                                 for m in methods):
+        r = run(name, target, args.timeout, method, args.threads)
+        if not r.get("ok"):
+            print(f"{name:<26} {target:<13} FAILED: {r.get('error')}")
+            continue
+        cpu.setdefault((name, target), {})[method] = r["cpu_s"]
+        ratio = r["ours_s"] / (r["baseline_s"] + r["npu_s"])
+        if ratio >= 3:
+            over.append(f"{name} on {target}: {ratio:.2f}")
+        calib = r["calibration_s"]
+        print(fmt.format(name, target, f"{r['baseline_s']:.2f}", f"{r['npu_s']:.2f}",
+                         f"{r['ours_s']:.2f}", f"{ratio:.2f}", f"{calib:.2f}",
+                         f"{(r['ours_s'] - calib) / (r['baseline_s'] + r['npu_s']):.2f}",
+                         f"{r['accuracy_s']:.2f}", f"{r['ours_s'] + r['accuracy_s']:.1f}",
+                         f"{r['cpu_s']:.1f}", r["npu_ops"])
+              + (f"  {method}" if method else ""))
+        sys.stdout.flush()
     print("\nseconds, wall clock; ratio = ours / (baseline + npu); 'calib' is the part of "
           "'ours' spent running the calibration samples (in float64), 'ratio-c' the ratio "
           "without it; 'accuracy' is the host run of the .pte that compile() adds, not "
@@ -235,7 +258,28 @@ def main(argv=None) -> int:
           "machine, whatever else runs beside it)")
     if over:
         print("ratio 3 or more: " + "; ".join(over))
+    if len(methods) > 1:
+        _compare_methods(cpu, methods)
     return 0
+
+
+def _compare_methods(cpu: dict, methods: list) -> None:
+    """CPU seconds per row and method, each against the first method's."""
+    first, others = methods[0], methods[1:]
+    print(f"\ncompile CPU seconds by calibration method (vs {first})")
+    print(f"{'model':<26} {'target':<13} {first:>9} " + " ".join(f"{m:>16}" for m in others))
+    totals = {m: 0.0 for m in methods}
+    for (name, target), row in cpu.items():
+        if not all(m in row for m in methods):
+            continue
+        for m in methods:
+            totals[m] += row[m]
+        print(f"{name:<26} {target:<13} {row[first]:>9.1f} " + " ".join(
+            f"{row[m]:>8.1f} ({100 * (row[m] / row[first] - 1):+5.1f}%)" for m in others))
+    if totals[first]:
+        print(f"{'total':<40} {totals[first]:>9.1f} " + " ".join(
+            f"{totals[m]:>8.1f} ({100 * (totals[m] / totals[first] - 1):+5.1f}%)"
+            for m in others))
 
 
 if __name__ == "__main__":

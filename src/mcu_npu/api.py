@@ -14,6 +14,7 @@ from .device.program_io import dequantize_outputs, quantize_inputs
 from .errors import ConfigError, HostDataMissingError, stage
 from .firmware.files import check_output, write_all
 from .flow.export import exported_model
+from .flow.inputs import check_calibration_method
 from .flow.run import compile_program
 from .progress import reporting
 from .quantization.precision import AutoPrecision, parse_precision
@@ -164,6 +165,7 @@ def compile(
     precision=None,
     memory: str = "auto",
     etrecord: str | os.PathLike | None = None,
+    calibration_method: str = "auto",
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -201,6 +203,15 @@ def compile(
     cache), or ``"auto"`` (the default): the fastest of these whose program fits the
     target's memory map (``flow.memory``; ``report.placement`` says why).
 
+    ``calibration_method`` chooses how each activation's quantization range is set from the
+    calibration data: ``"auto"`` (the default) measures, per tensor, the quantization error
+    (clipping and rounding) of the MinMax, histogram, percentile and MSE ranges and keeps
+    the lowest when it beats MinMax's clearly; ``"minmax"``, ``"histogram"``,
+    ``"percentile"`` or ``"mse"`` use that one method everywhere
+    (``mcu_npu.quantization.calibration``). The report gives each tensor's method and error
+    (``report.calibration``). With ``train_fn`` the fake quantizers learn the ranges: only
+    "auto" and "minmax" are accepted, and both mean the training's moving-average min / max.
+
     ``etrecord`` names a file to write the compile's ETRecord to, for ExecuTorch's
     ``Inspector`` (``docs/debugging.md``); the device program is the same without it.
 
@@ -211,6 +222,7 @@ def compile(
         with stage("reading the model", show=False):
             model, example_inputs = exported_model(model, example_inputs)
         request = parse_precision(precision)
+        check_calibration_method(calibration_method, qat=train_fn is not None)
         if etrecord is not None:
             check_output(etrecord)  # before the compile, not after it
         if isinstance(request, AutoPrecision) and etrecord is not None:
@@ -224,12 +236,13 @@ def compile(
                           operators_not_to_delegate=operators_not_to_delegate,
                           progress=progress, train_fn=train_fn, io=io, deployable=deployable,
                           strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile,
-                          memory=memory)
+                          memory=memory, calibration_method=calibration_method)
         # any failure the stages below do not name
         with stage("compiling the model", show=False):
             return _compile(model, example_inputs, target, calibration, npu_compiler,
                             operators_not_to_delegate, train_fn, io, deployable, strict,
-                            accuracy_samples, request, memory=memory, etrecord=etrecord)
+                            accuracy_samples, request, memory=memory, etrecord=etrecord,
+                            calibration_method=calibration_method)
 
 
 def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:

@@ -109,9 +109,11 @@ def cmd_compile(args) -> int:
         logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
         from . import api
         from .flow.inputs import check_memory
+        from .quantization.calibration import check_method
         from .targets import get_target
 
         check_memory(args.memory, get_target(args.target))
+        check_method(args.calibration_method)
         precision = precision_arg(args)
         _stage(progress, "loading the model")
         model, inputs, calibration = load_model_spec(args.model)
@@ -127,7 +129,8 @@ def cmd_compile(args) -> int:
                            progress=not args.quiet, io=args.io,
                            deployable=args.require_deployable, strict=args.strict,
                            accuracy_samples=accuracy, precision=precision,
-                           memory=args.memory, etrecord=args.etrecord)
+                           memory=args.memory, etrecord=args.etrecord,
+                           calibration_method=args.calibration_method)
     from .firmware.companion import companion_path
 
     prog.save(args.output)
@@ -309,6 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the program lives: auto (default: the fastest placement that "
                         "fits the target's memory map), flash (weights read in place), sram, "
                         "or dedicated-sram (Ethos-U65/U85)")
+    c.add_argument("--calibration-method", default="auto", metavar="M",
+                   help="how activation ranges are set from the calibration data: auto "
+                        "(default: per tensor, the lowest measured quantization error), "
+                        "minmax, histogram, percentile or mse")
     c.add_argument("-o", "--output", required=True, help="the .pte to write")
     c.add_argument("--etrecord", metavar="FILE",
                    help="also write the compile's ETRecord (for ExecuTorch's Inspector)")

@@ -61,7 +61,7 @@ class NeutronRecipeProvider(BackendRecipeProvider):
     def create_recipe(self, recipe_type: RecipeType, **kwargs) -> ExportRecipe | None:
         """kwargs: ``target`` (default ``"imxrt700"``), ``train_fn`` (QAT), ``calibration``
         (iterable of input tuples; default: the example inputs), ``npu_compiler``,
-        ``operators_not_to_delegate``, ``cortex_m`` (compose with the Cortex-M quantizer so
+        ``operators_not_to_delegate``, ``calibration_method``, ``cortex_m`` (compose with the Cortex-M quantizer so
         the CPU's ops can run as its int8 kernels; ``get_imxrt700_recipe`` sets it)."""
         if recipe_type not in self.get_supported_recipes():
             return None
@@ -77,8 +77,9 @@ def neutron_recipe(
     npu_compiler: str = "auto",
     operators_not_to_delegate: Iterable[str] = (),
     cortex_m: bool = False,
+    calibration_method: str = "auto",
 ) -> ExportRecipe:
-    """The Neutron recipe for ``target``."""
+    """The Neutron recipe for ``target``; ``calibration_method`` as ``mcu_npu.compile``'s."""
     tgt = get_target(target)
     if tgt.npu.kind is not NpuKind.NEUTRON:
         raise ConfigError(f"{tgt.name} has no eIQ Neutron NPU; Neutron recipes need a Neutron "
@@ -93,9 +94,11 @@ def neutron_recipe(
         # partitioner (planning the Edge program it is given) reads it
         quantizer = TargetQuantizer(tgt, is_qat=is_qat, operators_not_to_delegate=excluded,
                                     npu_compiler=npu_compiler,
-                                    aten_passes=default_aten_passes(tgt), planner=plan)
+                                    aten_passes=default_aten_passes(tgt), planner=plan,
+                                    calibration_method=calibration_method)
     else:
-        quantizer = NeutronQuantizer(is_qat=is_qat, aten_passes=default_aten_passes(tgt))
+        quantizer = NeutronQuantizer(is_qat=is_qat, aten_passes=default_aten_passes(tgt),
+                                     calibration_method=calibration_method)
     partitioner = NeutronPartitioner(tgt, excluded, npu_compiler)
     samples = None if calibration is None else [tuple(s) if isinstance(s, (list, tuple))
                                                 else (s,) for s in calibration]
@@ -131,6 +134,7 @@ def get_imxrt700_recipe(
     calibration: Iterable | None = None,
     npu_compiler: str = "auto",
     operators_not_to_delegate: Iterable[str] = (),
+    calibration_method: str = "auto",
 ) -> ExportRecipe:
     """The i.MX RT700 as one target: Neutron N3-64 first, Cortex-M33 int8 kernels for the
     rest, with one composed quantizer deciding which rules each node gets."""
@@ -138,7 +142,8 @@ def get_imxrt700_recipe(
     kind = NeutronRecipeType.INT8_QAT if is_qat else NeutronRecipeType.INT8_PTQ
     neutron = neutron_recipe(kind, target=tgt.name, train_fn=train_fn, calibration=calibration,
                              npu_compiler=npu_compiler,
-                             operators_not_to_delegate=operators_not_to_delegate, cortex_m=True)
+                             operators_not_to_delegate=operators_not_to_delegate, cortex_m=True,
+                             calibration_method=calibration_method)
     return ExportRecipe.combine([neutron, cortex_m_recipe(tgt.cpu.core)], "imxrt700_int8")
 
 

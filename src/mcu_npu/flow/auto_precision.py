@@ -95,7 +95,8 @@ class _Search:
 
 def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, npu_compiler,
            operators_not_to_delegate, progress, train_fn, io, deployable, strict,
-           accuracy_samples, compile_fn: Callable, memory: str = "auto"):
+           accuracy_samples, compile_fn: Callable, memory: str = "auto",
+           calibration_method: str = "auto"):
     """Compile ``model`` with int8 activations, then raise layers to int16 as ``auto`` says
     (module docstring). Returns the chosen ``CompiledProgram``; warns when the target is not
     met or the target's NPU takes int8 only. ``compile_fn`` is ``api._compile``."""
@@ -107,7 +108,7 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
     user_layers = accuracy_samples
     compile_one = _compiler(compile_fn, model, inputs, target, calibration, npu_compiler,
                             operators_not_to_delegate, train_fn, io, deployable, strict,
-                            memory)
+                            memory, calibration_method)
     show = bool(progress) if progress is not None else sys.stderr.isatty()
     s = _Search(auto, show)
     samples = _samples(auto.samples) if auto.samples is not None else None
@@ -140,11 +141,11 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
 
 def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
     """(request, per-layer samples) -> ``compile_fn``'s program for ``model`` with the
-    compile arguments ``args`` (target to memory). With ``memory="auto"`` the first compile (the int8 baseline) chooses
+    compile arguments ``args`` (target to the calibration method). With ``memory="auto"`` the first compile (the int8 baseline) chooses
     the placement, and the trials keep it; they keep its plan of what runs where too (the
     same model, target and options: the trials skip planning it again)."""
     (target, calibration, npu_compiler, operators_not_to_delegate, train_fn, io,
-     deployable, strict, memory) = args
+     deployable, strict, memory, calibration_method) = args
     compiled = 0
     chosen: dict = {}
     first: dict = {}
@@ -156,7 +157,8 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
             prog = compile_fn(model, inputs, target, calibration, npu_compiler,
                               operators_not_to_delegate, train_fn, io, deployable, strict,
                               layer_samples, request,
-                              memory=chosen.get("memory", memory), plan=first.get("plan"))
+                              memory=chosen.get("memory", memory), plan=first.get("plan"),
+                              calibration_method=calibration_method)
         first.setdefault("plan", getattr(prog, "_plan", None))
         if memory == "auto" and not chosen:
             chosen.update(prog.report.placement)

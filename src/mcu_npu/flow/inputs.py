@@ -11,6 +11,7 @@ import torch
 from ..errors import ConfigError
 from ..npu import COMPILER_NAMES
 from ..partition.plan import PlanOptions
+from ..quantization.calibration import DEFAULT, check_method
 from ..report import check_io
 from ..targets import MEMORY_CHOICES, Target, get_target
 
@@ -34,11 +35,13 @@ class Arguments:
 
 def check_arguments(example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, io, accuracy_samples,
-                    stacklevel: int = 2, memory: str = "auto") -> Arguments:
+                    stacklevel: int = 2, memory: str = "auto", *,
+                    calibration_method: str = DEFAULT, qat: bool = False) -> Arguments:
     """The arguments as the stages take them, ConfigError for any the flow cannot use.
     Without calibration data the example inputs calibrate, with a warning that points where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
     tgt = get_target(target)
+    check_calibration_method(calibration_method, qat)
     check_io(io)
     check_memory(memory, tgt)
     check_npu_compiler(npu_compiler, tgt)
@@ -53,8 +56,26 @@ def check_arguments(example_inputs, target, calibration, npu_compiler,
     if accuracy_samples is not None:
         accuracy_samples = check_calibration(accuracy_samples, example_inputs)
     return Arguments(tgt, example_inputs, samples,
-                     PlanOptions(tuple(operators_not_to_delegate), npu_compiler), io,
+                     PlanOptions(tuple(operators_not_to_delegate), npu_compiler,
+                                 calibration_method=calibration_method), io,
                      accuracy_samples, memory)
+
+
+QAT_METHODS = ("auto", "minmax")
+"""What ``calibration_method`` may say with quantization-aware training: its fake quantizers
+start from the calibration's min / max and follow a moving average of it while training."""
+
+
+def check_calibration_method(method, qat: bool = False) -> str:
+    """``method`` if it names a calibration method (with ``qat``: one of ``QAT_METHODS``),
+    else ConfigError listing the valid ones."""
+    check_method(method)
+    if qat and method not in QAT_METHODS:
+        raise ConfigError(f"calibration_method {method!r} does not apply to quantization-aware "
+                          f"training (train_fn=): its fake quantizers learn ranges from a "
+                          f"moving-average min / max; leave calibration_method at 'auto' (or "
+                          f"'minmax'), or drop train_fn to calibrate with {method!r}")
+    return method
 
 
 def check_npu_compiler(name, target: Target) -> str:

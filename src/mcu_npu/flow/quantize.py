@@ -66,7 +66,7 @@ def ptq(graph, example_inputs, samples, target, options: PlanOptions,
         try:  # the composed quantizer checks the plan was made for the graph it annotates
             return _requantize(attempt, example_inputs, samples, target, known,
                                resolve_precision(precision, attempt, known), fallback,
-                               planner=None)
+                               planner=None, method=options.calibration_method)
         except PlanMismatch:
             pass  # planned anew below
     stages = {"quantize": lambda: stage("quantizing and calibrating", QUANTIZE_HINT),
@@ -83,17 +83,21 @@ def ptq(graph, example_inputs, samples, target, options: PlanOptions,
     choice = resolve_precision(precision, graph, decided) if mixed else None
     if not mixed and (not fallback or not decided.placement.cpu):
         return Quantized(reference, edge, decided, choice)
-    return _requantize(graph, example_inputs, samples, target, decided, choice, fallback)
+    return _requantize(graph, example_inputs, samples, target, decided, choice, fallback,
+                       method=options.calibration_method)
 
 
 def _requantize(graph, example_inputs, samples, target, decided: Plan,
-                choice: PrecisionChoice | None, fallback: bool, planner=plan) -> Quantized:
+                choice: PrecisionChoice | None, fallback: bool, planner=plan,
+                method: str = "auto") -> Quantized:
     """``graph`` quantized as ``decided`` places it: the Cortex-M rules off the NPU (with
     ``fallback``; ``planner``: what plans a graph ``decided`` was not made for, None to
-    raise ``PlanMismatch``), 16x8 specs where ``choice`` says."""
+    raise ``PlanMismatch``), 16x8 specs where ``choice`` says, activation ranges by the
+    calibration ``method``."""
     with stage("quantizing for the NPU and the Cortex-M kernels", exclude_hint):
-        quantizer = TargetQuantizer(target, plan=decided, planner=planner, precision=choice) \
-            if fallback else NeutronQuantizer(precision=choice)
+        quantizer = TargetQuantizer(target, plan=decided, planner=planner, precision=choice,
+                                    calibration_method=method) \
+            if fallback else NeutronQuantizer(precision=choice, calibration_method=method)
         reference = quantize(graph, example_inputs, samples, quantizer)
     with stage(TO_EDGE):
         return Quantized(reference, to_edge_program(reference, example_inputs), decided,

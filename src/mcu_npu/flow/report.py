@@ -4,6 +4,8 @@ the precision asked for and the latency estimate."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ..backend.cortex_m import cortex_m_core, is_cortex_m
@@ -14,6 +16,8 @@ from ..graph.module_names import layer_name
 from ..partition.plan import Plan
 from ..quantization.precision import PrecisionChoice, PrecisionRequest
 from ..report import OpPlacement, PartitionInfo, Report
+from ..quantization.calibration.records import CALIBRATION_KEY
+from ..report.calibration import calibration_section
 from ..report.latency import estimate_latency
 
 ACTIVATION_UNIT_NOTE = (
@@ -41,6 +45,16 @@ def write_report(decided: Plan, edge, target, io_params: dict, precision: Precis
         report.accuracy = {}
         report.latency = estimate_latency(edge.exported_program(), target, report)
     return report
+
+
+def record_calibration(report: Report, reference, method: str) -> None:
+    """Put in ``report`` how the activations were calibrated: each op's method (its output
+    activation's) and the calibration section (``report.calibration``), from the records
+    the quantizer left on the quantized ``reference`` (in place)."""
+    records = getattr(reference, "meta", {}).get(CALIBRATION_KEY, {})
+    report.ops = [replace(o, calibration=records[o.ident]["method"])
+                  if o.ident in records else o for o in report.ops]
+    report.calibration = calibration_section(method, records)
 
 
 def build_report(plan: Plan, edge, facts: dict | None = None) -> Report:

@@ -22,6 +22,7 @@ from .lower import plan_edge
 from .memory import place
 from .measure import measure
 from .quantize import quantize_model
+from .report import record_calibration
 from .rewrite import rewrite
 
 
@@ -51,14 +52,16 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, train_fn: Callable | None, io,
                     deployable=False, strict=False, accuracy_samples=None,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
-                    stacklevel: int = 2, keep_edges: bool = False, plan=None) -> Compiled:
+                    stacklevel: int = 2, keep_edges: bool = False, plan=None,
+                    calibration_method: str = "auto") -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the
     ``Compiled.plan`` of a compile of the same model for the same target and options (the
     precision search's trials), used where it was made for the graph."""
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
-                           memory)
+                           memory, calibration_method=calibration_method,
+                           qat=train_fn is not None)
     float_model = in_eval_mode(model)
     graph = rewrite(export(float_model, args.example_inputs, stacklevel + 1), args.target)
     names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
@@ -69,6 +72,7 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     placed = place(quantized.edge, decided, args.target, args.memory, args.io, precision,
                    quantized.choice)
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
+    record_calibration(report, quantized.reference, "qat" if train_fn else calibration_method)
     check_program(buffer, host_data, report, placed.target, placed.decided, placed.edge,
                   deployable, strict, stacklevel + 1, placed.memory)
     program = measure(buffer, host_data, report, float_model, quantized.reference,

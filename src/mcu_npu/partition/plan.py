@@ -51,11 +51,14 @@ class PlanOptions:
     ``npu_compiler``: the NPU compiler the partitions go to (``"auto"``, the vendor's, or
     ``"reference"``); ``calibration``: input tuples the trial quantization calibrates on
     (None: deterministic synthetic inputs; the checks read shapes, arguments and graph
-    structure, never quantization values, so both decide alike)."""
+    structure, never quantization values, so both decide alike); ``calibration_method``:
+    how the trial quantization chooses activation ranges (``quantization.calibration``;
+    the plan does not depend on it, and a trial kept as the compile's result has it)."""
 
     operators_not_to_delegate: tuple[str, ...] = ()
     npu_compiler: str = "auto"
     calibration: tuple | None = field(default=None, compare=False, repr=False)
+    calibration_method: str = field(default="auto", compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "operators_not_to_delegate",

@@ -32,6 +32,7 @@ from ..passes.aten.decompose_on_cpu import decompose_on_cpu
 from ..targets import Target, get_target
 from ..passes.aten.saturate_attention_mask import MASK_KEY
 from .annotators import KEY, annotate_masked_add, output_dtype
+from .calibration import DEFAULT, check_method
 from .cortex_m import cortex_m_quantizer
 from .neutron_quantizer import NeutronQuantizer
 from .precision import PrecisionChoice
@@ -60,6 +61,8 @@ class TargetQuantizer(Quantizer):
     (``mcu_npu.flow.place.plan``). Both give the same answer: the checks do not depend on
     calibration data. ``precision`` (a ``PrecisionChoice`` resolved on the graph) gives the
     NPU nodes it names int16 activations; the Cortex-M side stays int8.
+    ``calibration_method`` chooses every activation's range, on both sides
+    (``calibration.METHODS``).
     """
 
     def __init__(
@@ -73,10 +76,12 @@ class TargetQuantizer(Quantizer):
         plan: Plan | None = None,
         planner: Planner | None = None,
         precision: PrecisionChoice | None = None,
+        calibration_method: str = DEFAULT,
     ):
         super().__init__()
         self.target = get_target(target)
         self.is_qat = is_qat
+        self.calibration_method = check_method(calibration_method)
         self.precision = precision
         self.aten_passes = list(aten_passes)
         if plan is not None:
@@ -86,9 +91,11 @@ class TargetQuantizer(Quantizer):
                 raise ConfigError("give operators_not_to_delegate and npu_compiler either to "
                                   "the quantizer or to its plan (PlanOptions), not both")
             self.options = PlanOptions(plan.options.operators_not_to_delegate,
-                                       plan.options.npu_compiler)
+                                       plan.options.npu_compiler,
+                                       calibration_method=self.calibration_method)
         else:
-            self.options = PlanOptions(tuple(operators_not_to_delegate), npu_compiler)
+            self.options = PlanOptions(tuple(operators_not_to_delegate), npu_compiler,
+                                       calibration_method=self.calibration_method)
         self.plan = plan
         self.planner = planner
 
@@ -117,8 +124,8 @@ class TargetQuantizer(Quantizer):
         on_npu: Callable[[Node], bool] = lambda n: placement.on_npu(node_id(n))
         decompose_on_cpu(model, [n for n in model.graph.nodes if n.op == "call_function"
                                  and not on_npu(n) and not _cortex_m_fuses(n, on_npu)])
-        NeutronQuantizer(is_qat=self.is_qat, node_filter=on_npu,
-                         precision=self.precision).annotate(model)
+        NeutronQuantizer(is_qat=self.is_qat, node_filter=on_npu, precision=self.precision,
+                         calibration_method=self.calibration_method).annotate(model)
         for node in model.graph.nodes:
             if node.op == "call_function" and on_npu(node):
                 node.meta[_MATCHED] = True
@@ -130,12 +137,14 @@ class TargetQuantizer(Quantizer):
             if node.meta.get(MASK_KEY) and not on_npu(node):
                 # an attention mask add saturates on the CPU too: any other rule would
                 # quantize its -3.4e38 entries into the scale of the scores after it
-                annotate_masked_add(node, QuantSpecs(is_qat=self.is_qat))
+                annotate_masked_add(node, QuantSpecs(is_qat=self.is_qat,
+                                                     calibration=self.calibration_method))
         if placement.cpu:
             on_cpu = lambda n: n.op == "call_function" and not on_npu(n) and \
                 node_id(n) not in decided.portable and not n.meta.get(MASK_KEY)  # noqa: E731
             scalars_to_constants(model, [n for n in model.graph.nodes if on_cpu(n)])
-            cortex_m_quantizer(on_cpu, is_qat=self.is_qat).annotate(model)
+            cortex_m_quantizer(on_cpu, is_qat=self.is_qat,
+                               calibration_method=self.calibration_method).annotate(model)
             share_boundaries(model, on_npu)
         return model
 

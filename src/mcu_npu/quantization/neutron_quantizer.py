@@ -11,6 +11,8 @@ from torchao.quantization.pt2e.quantizer import Quantizer
 from ..progress import counted
 from ..upstream.patches import (conv_bn_rewrites_where_they_match,
                                 observer_names_in_linear_time)
+from .calibration import DEFAULT, check_method
+from .calibration.records import CALIBRATION_KEY, calibration_records
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
 from .precision import PrecisionChoice, follows_input
@@ -28,6 +30,8 @@ class NeutronQuantizer(Quantizer):
     ``aten_passes`` run in ``transform_for_annotation`` (e.g. the recurrent decompositions).
     ``precision`` (a ``PrecisionChoice``) gives its nodes int16 activations, and the data
     movement that reads them (``precision.follows_input``); the rest is int8.
+    ``calibration_method`` chooses each activation's range (``calibration.METHODS``; "auto"
+    picks per tensor); QAT's fake quantizers ignore it.
     """
 
     def __init__(
@@ -37,11 +41,13 @@ class NeutronQuantizer(Quantizer):
         node_filter: NodeFilter | None = None,
         aten_passes: Iterable = (),
         precision: PrecisionChoice | None = None,
+        calibration_method: str = DEFAULT,
     ):
         super().__init__()
         self.is_qat = is_qat
-        self.specs = QuantSpecs(is_qat=is_qat)
-        self.specs16 = QuantSpecs(is_qat=is_qat, int16=True)
+        self.calibration_method = check_method(calibration_method)
+        self.specs = QuantSpecs(is_qat=is_qat, calibration=calibration_method)
+        self.specs16 = QuantSpecs(is_qat=is_qat, int16=True, calibration=calibration_method)
         self.node_filter = node_filter
         self.aten_passes = list(aten_passes)
         self.precision = precision
@@ -105,7 +111,8 @@ def quantize(
     """Export (if needed), prepare, calibrate and convert ``model``; returns the PT2E module.
 
     The result is the quantized reference: running it in PyTorch gives the numbers an int8
-    deployment must reproduce. torchao's QAT conv + BatchNorm rewrites run only where they
+    deployment must reproduce. Its ``meta[CALIBRATION_KEY]`` holds how each activation's
+    range was chosen (``calibration.records.calibration_records``). torchao's QAT conv + BatchNorm rewrites run only where they
     can match (``upstream.patches.conv_bn_rewrites_where_they_match``), and observers are
     named in linear time (``observer_names_in_linear_time``).
     """
@@ -119,7 +126,10 @@ def quantize(
     with conv_bn_rewrites_where_they_match(), observer_names_in_linear_time():
         prepared = prepare_pt2e(model, quantizer)
         calibrate(prepared, calibration if calibration is not None else [tuple(example_inputs)])
-        return convert_pt2e(prepared)
+        records = calibration_records(prepared)
+        reference = convert_pt2e(prepared)
+    reference.meta[CALIBRATION_KEY] = records
+    return reference
 
 
 def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> None:
@@ -230,5 +240,8 @@ def quantize_qat(
     move_exported_model_to_train(prepared)
     train_fn(prepared)
     move_exported_model_to_eval(prepared)
+    records = calibration_records(prepared)
     with conv_bn_rewrites_where_they_match():
-        return convert_pt2e(prepared)
+        reference = convert_pt2e(prepared)
+    reference.meta[CALIBRATION_KEY] = records
+    return reference

@@ -3,7 +3,8 @@
 Activations: int8 asymmetric per-tensor, or (``int16=True``, the 16x8 kernels) int16
 symmetric per-tensor with zero point 0, as TFLite's int16 kernels require. Weights: int8 symmetric per-channel (range
 [-127, 127], as TFLite requires). Bias: int32 with scale = input scale * weight scale, zero
-point 0. Outputs of sigmoid, tanh and softmax: the fixed parameters the TFLite int8 kernels
+point 0. An activation's range is its calibration method's (``calibration``: ``auto`` by
+default, which picks per tensor; ``minmax`` is ``MinMaxObserver``). Outputs of sigmoid, tanh and softmax: the fixed parameters the TFLite int8 kernels
 demand, so the converter never needs a requantize for them (int16: scale 1/32768, zero
 point 0). The bias of an int16 layer stays an int32 here (PT2E has no int64 quantize); the
 converter widens it to the int64 the 16x8 kernels read, value for value.
@@ -27,6 +28,8 @@ from torchao.quantization.pt2e.quantizer import (
     FixedQParamsQuantizationSpec,
     QuantizationSpec,
 )
+
+from .calibration import DEFAULT, check_method
 
 INT8_MIN, INT8_MAX = -128, 127
 INT16_MIN, INT16_MAX = -(2**15), 2**15 - 1
@@ -65,10 +68,13 @@ class MaskedScoresObserver(MinMaxObserver):
 @dataclass(frozen=True)
 class QuantSpecs:
     """The set of specs one quantizer hands out; ``is_qat`` picks fake-quantize modules,
-    ``int16`` int16 activations (symmetric, for the 16x8 kernels) instead of int8."""
+    ``int16`` int16 activations (symmetric, for the 16x8 kernels) instead of int8,
+    ``calibration`` the calibration method of activations (``calibration.METHODS``; QAT's
+    fake quantizers follow their moving-average min / max whatever it says)."""
 
     is_qat: bool = False
     int16: bool = False
+    calibration: str = DEFAULT
 
     @property
     def activation_dtype(self) -> torch.dtype:
@@ -80,7 +86,7 @@ class QuantSpecs:
         if self.is_qat:
             ctr = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, qscheme=qscheme)
         else:
-            ctr = MinMaxObserver.with_args(eps=2**-20, qscheme=qscheme)
+            ctr = activation_observer(self.calibration, eps=2**-20, qscheme=qscheme)
         low, high = (INT16_MIN, INT16_MAX) if self.int16 else (INT8_MIN, INT8_MAX)
         return QuantizationSpec(
             dtype=self.activation_dtype,
@@ -139,7 +145,7 @@ class QuantSpecs:
     @property
     def per_tensor_weight(self) -> QuantizationSpec:
         """Per-tensor int8 for small parameter tensors such as PReLU slopes (as activations)."""
-        return QuantSpecs(is_qat=self.is_qat).activation
+        return QuantSpecs(is_qat=self.is_qat, calibration="minmax").activation
 
     def fixed(self, kind: str) -> FixedQParamsQuantizationSpec:
         scale, zero_point = (FIXED_QPARAMS_INT16 if self.int16 else FIXED_QPARAMS)[kind]
@@ -172,3 +178,13 @@ class QuantSpecs:
             qscheme=torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric,
             ch_axis=0,
         )
+
+
+def activation_observer(method: str, **kwargs):
+    """The observer constructor (``with_args(**kwargs)``) of an activation calibrated by
+    ``method``: ``MinMaxObserver`` itself for "minmax", ``CalibrationObserver`` otherwise."""
+    if check_method(method) == "minmax":
+        return MinMaxObserver.with_args(**kwargs)
+    from .calibration.observer import CalibrationObserver
+
+    return CalibrationObserver.with_args(method=method, **kwargs)

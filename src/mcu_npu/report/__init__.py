@@ -86,6 +86,10 @@ class OpPlacement:
     input_shapes: tuple = ()
     """The shapes of the activations the op reads (weights and constants left out)."""
     output_shape: tuple = ()
+    calibration: str = ""
+    """The calibration method that set the range of the op's output activation
+    (``quantization.calibration``; "fixed" for the kernels' fixed parameters, "" when the
+    op has no range of its own: float, or sharing its input's)."""
 
     def __post_init__(self):
         object.__setattr__(self, "kernel", Kernel(self.kernel))  # ValueError when unknown
@@ -137,6 +141,10 @@ class Report:
     program_io: dict = field(default_factory=dict)
     """The program's inputs and outputs as the firmware sees them, whatever ``io``:
     ``{"inputs": [{"name", "shape", "dtype"}], "outputs": [...]}``."""
+    calibration: dict = field(default_factory=dict)
+    """How the activation ranges were calibrated (``report.calibration``): the method asked
+    for, the tensors each method set, and per tensor the measured quantization error of its
+    range and of MinMax's."""
     device_only: bool = False
     """Read from the device program alone (its companion file absent): no per-op placement,
     accuracy, latency or per-layer error, only what the program holds."""
@@ -173,6 +181,10 @@ class Report:
             s["host_only"] = True
         if self.io:
             s["io"] = self.io
+        if self.calibration:
+            from .calibration import calibration_summary
+
+            s["calibration"] = calibration_summary(self.calibration)
         return s
 
     # serialization ---------------------------------------------------------------------
@@ -186,7 +198,7 @@ class Report:
             "kernel_problems": self.kernel_problems,
             "memory": self.memory, "latency": self.latency, "layers": self.layers,
             "precision": self.precision, "placement": self.placement,
-            "program_io": self.program_io,
+            "program_io": self.program_io, "calibration": self.calibration,
             "summary": self.summary,
             **({"device_only": True} if self.device_only else {}),
         }
@@ -207,7 +219,7 @@ class Report:
             memory=d.get("memory") or {}, latency=d.get("latency") or {},
             layers=d.get("layers") or [], precision=d.get("precision") or {},
             placement=d.get("placement") or {}, program_io=d.get("program_io") or {},
-            device_only=bool(d.get("device_only", False)),
+            calibration=d.get("calibration") or {}, device_only=bool(d.get("device_only", False)),
         )
 
     def to_html(self) -> str:
@@ -246,6 +258,9 @@ class Report:
         lines += [f"WARNING: {warning}"] if warning else []
         lines += [f"what to do: {line}" for line in latency_advice(self)]
         lines += self._precision_lines()
+        from .calibration import calibration_lines
+
+        lines += calibration_lines(self.calibration)
         mixed = "int16_ops" in s
         times = op_times(self)
         rows = [("layer", "node", "op", "runs on", *(("bits",) if mixed else ()),

@@ -64,7 +64,7 @@ def render_html(report) -> str:
     body = [_header(report, s), _graph_section(report), _latency_section(report.latency, report),
             memory_section(report.memory, getattr(report, "placement", None) or {}),
             _layers_section(getattr(report, "layers", [])),
-            _precision_section(report), _ops_section(report), _partitions_section(report),
+            _precision_section(report), _calibration_section(report), _ops_section(report), _partitions_section(report),
             _io_section(report.io, getattr(report, "program_io", None)), _notes_section(report),
             _kernels_section(report.kernels),
             _versions_section(report.versions)]
@@ -331,6 +331,19 @@ def _precision_section(report) -> str:
     if not lines:
         return ""
     return ("<section id=\"precision\"><h2>Activation precision</h2><pre>"
+            + escape("\n".join(line.strip() if i == 0 else line for i, line in
+                               enumerate(lines)))
+            + "</pre></section>")
+
+
+def _calibration_section(report) -> str:
+    """The calibration method per activation tensor, and what it bought over MinMax."""
+    from .calibration import calibration_lines
+
+    lines = calibration_lines(getattr(report, "calibration", None) or {})
+    if not lines:
+        return ""
+    return ("<section id=\"calibration\"><h2>Calibration</h2><pre>"
             + escape("\n".join(line.strip() if i == 0 else line for i, line in
                                enumerate(lines)))
             + "</pre></section>")

@@ -10,6 +10,8 @@ attribute or behaviour it relies on, so an upgrade that changes it fails there f
   what ``to_edge`` runs after decomposing).
 * ``restrict_cortex_m_quantizer`` -- limits ``CortexMQuantizer``'s pattern quantizers to
   some nodes by wrapping their ``node_finder`` attribute.
+* ``cortex_m_activation_observers`` -- gives ``CortexMQuantizer``'s per-tensor activation
+  specs another observer by replacing their pattern quantizers' ``quantization_config``.
 * ``import_cortex_m_ops`` -- imports ExecuTorch's Cortex-M reference ops when their
   packages' optional Arm/TOSA imports fail, by entering those packages in ``sys.modules``
   without running their ``__init__``.
@@ -99,6 +101,41 @@ def restrict_cortex_m_quantizer(quantizer, keep: NodeFilter):
         finder = getattr(sub, "node_finder", None)
         if finder is not None:
             sub.node_finder = FilteredNodeFinder(finder, keep)
+    return quantizer
+
+
+def cortex_m_activation_observers(quantizer, observer_ctr: Callable):
+    """``quantizer`` (a ``CortexMQuantizer``) with the per-tensor activation specs of its
+    pattern quantizers' configs observed by ``observer_ctr(spec)`` (a constructor for the
+    spec's dtype, range and scheme); returns ``quantizer``.
+
+    What: replaces the ``quantization_config`` attribute of every sub-quantizer that has
+    one by a copy (``dataclasses.replace``; the configs are frozen dataclasses) whose
+    ``input_activation`` / ``output_activation``, when a per-tensor ``QuantizationSpec``,
+    carry the new observer. The config's own adjustments (softmax's fixed parameters, the
+    pools' shared specs) are methods of its class and stay.
+
+    Why: the configs are module constants (``INT8_PER_CHANNEL_CONFIG`` with a
+    ``HistogramObserver``) and ``CortexMQuantizer.__init__`` takes only the per-tensor one;
+    the convolutions' config cannot be given. It goes when the quantizer takes its configs.
+    """
+    import dataclasses
+
+    import torch
+    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+
+    def swap(spec):
+        if not isinstance(spec, QuantizationSpec) or spec.qscheme not in (
+                torch.per_tensor_affine, torch.per_tensor_symmetric):
+            return spec
+        return dataclasses.replace(spec, observer_or_fake_quant_ctr=observer_ctr(spec))
+
+    for sub in quantizer.quantizers:
+        config = getattr(sub, "quantization_config", None)
+        if config is not None:
+            sub.quantization_config = dataclasses.replace(
+                config, input_activation=swap(config.input_activation),
+                output_activation=swap(config.output_activation))
     return quantizer
 
 

@@ -1,0 +1,133 @@
+"""What the calibration methods read of a tensor: its exact minimum, maximum and count of
+zeros, and a fine histogram of its other values, accumulated in float64 over the calibration
+samples; and the quantization error of a range on that histogram.
+
+The bins are ``[k * w, (k + 1) * w)`` for integers ``k``, ``w`` a power of two, at most
+``BINS`` of them: when a sample widens the range past that, ``w`` doubles and every two bins
+merge into one (``floor(k / 2)`` is the bin of the doubled width, exactly), so the histogram
+is the one of all values at the final width. Values and divisions by ``w`` are exact in
+float64, and nothing depends on the host's float32 kernels.
+
+The error of a range is the mean squared difference between a value and its quantized
+value (clipping and rounding), with the values of a bin spread evenly over it (the first
+and last bins cut to the exact minimum and maximum) and exact zeros at zero, which every
+range here represents exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+BINS = 2048
+"""Histogram bins at most: 8 or more per int8 step at the min / max range."""
+
+
+class Binned:
+    """Min, max, zeros and a power-of-two-width histogram of the values seen (float64)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.min = math.inf
+        self.max = -math.inf
+        self.zeros = 0
+        self.width = 0.0  # w; 0 until a nonzero value is seen
+        self.first = 0  # k of counts[0]
+        self.counts = np.zeros(0, dtype=np.float64)
+        self._nonzero = (math.inf, -math.inf)  # min and max of the nonzero values
+
+    @property
+    def total(self) -> float:
+        return float(self.counts.sum()) + self.zeros
+
+    def add(self, x: torch.Tensor) -> None:
+        x = x.detach().reshape(-1).to(torch.float64).numpy()
+        if x.size == 0:
+            return
+        lo, hi = float(x.min()), float(x.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            x = x[np.isfinite(x)]
+            if x.size == 0:
+                return
+            lo, hi = float(x.min()), float(x.max())
+        self.min, self.max = min(self.min, lo), max(self.max, hi)
+        nonzero = x[x != 0]
+        self.zeros += x.size - nonzero.size
+        if nonzero.size == 0:
+            return
+        lo = min(self._nonzero[0], float(nonzero.min()))
+        hi = max(self._nonzero[1], float(nonzero.max()))
+        self._nonzero = (lo, hi)
+        width = self.width or _start_width(lo, hi)
+        while math.floor(hi / width) - math.floor(lo / width) + 1 > BINS:
+            width *= 2.0
+        first = math.floor(lo / width)
+        counts = np.zeros(BINS, dtype=np.float64)
+        used = np.nonzero(self.counts)[0]
+        if used.size:
+            factor = int(round(width / self.width))
+            np.add.at(counts, (used + self.first) // factor - first, self.counts[used])
+        k = np.floor(nonzero * (1.0 / width)).astype(np.int64) - first
+        counts += np.bincount(k, minlength=BINS)
+        self.width, self.first, self.counts = width, first, counts
+
+    def bins(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(left edges, right edges, counts) of the nonempty bins, the outer ones cut to the
+        exact minimum and maximum."""
+        counts = self.counts
+        used = np.nonzero(counts)[0]
+        left = (self.first + used) * self.width
+        right = left + self.width
+        left = np.maximum(left, self.min)
+        right = np.minimum(right, self.max)
+        return left, right, counts[used]
+
+    def edges(self) -> np.ndarray:
+        """Bin edges of all ``len(counts) + 1`` bins (uncut)."""
+        return (self.first + np.arange(len(self.counts) + 1)) * self.width
+
+
+def _start_width(lo: float, hi: float) -> float:
+    """A power of two at which ``[lo, hi]`` (nonzero values) spans about ``BINS`` bins, or
+    a 2**-20 relative one for a single value."""
+    span = (hi - lo) / BINS if hi > lo else max(abs(lo), abs(hi)) * 2.0 ** -20
+    return 2.0 ** math.floor(math.log2(span)) if span > 0 else 2.0 ** -1000
+
+
+def _sawtooth_integral(t: np.ndarray) -> np.ndarray:
+    """``P(t) = integral from 0 to t of (u - round(u))**2 du`` (any real ``t``)."""
+    n = np.floor(t)
+    f = t - n
+    g = np.where(f <= 0.5, f ** 3 / 3.0, 1.0 / 12.0 + (f - 1.0) ** 3 / 3.0)
+    return n / 12.0 + g
+
+
+def range_errors(binned: Binned, scales: np.ndarray, zero_points: np.ndarray,
+                 quant_min: int, quant_max: int) -> np.ndarray:
+    """Mean squared quantization error of each (scale, zero point) on ``binned``'s values:
+    one figure per candidate, clipping and rounding together (module docstring)."""
+    total = binned.total
+    scales = np.asarray(scales, dtype=np.float64).reshape(-1, 1)
+    zps = np.asarray(zero_points, dtype=np.float64).reshape(-1, 1)
+    if total == 0 or len(binned.counts) == 0:
+        return np.zeros(scales.shape[0])
+    left, right, counts = binned.bins()
+    lo = (quant_min - zps) * scales  # the representable range of each candidate
+    hi = (quant_max - zps) * scales
+    left, right = left[None, :], right[None, :]
+    width = right - left
+    a = np.clip(left, lo, hi)  # the part of the bin inside the range
+    b = np.clip(right, lo, hi)
+    inside = scales ** 3 * (_sawtooth_integral(b / scales) - _sawtooth_integral(a / scales))
+    above = (np.maximum(right - hi, 0.0) ** 3 - np.maximum(left - hi, 0.0) ** 3) / 3.0
+    below = (np.maximum(lo - left, 0.0) ** 3 - np.maximum(lo - right, 0.0) ** 3) / 3.0
+    point = width <= 0
+    spread = (inside + above + below) / np.where(point, 1.0, width)
+    centre = np.clip(left, lo, hi)
+    at_point = (left - np.clip(np.round(centre / scales) * scales, lo, hi)) ** 2
+    per_bin = np.where(point, at_point, spread)
+    return (per_bin * counts[None, :]).sum(axis=1) / total

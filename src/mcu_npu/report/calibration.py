@@ -1,0 +1,64 @@
+"""The report's calibration section: the calibration method asked for, how many activation
+tensors each method set, and for each tensor whose error was measured, the mean squared
+quantization error of its range beside MinMax's (``gain_db``: how much lower, in dB).
+
+Built from the quantizer's records (``quantization.calibration.records``); plain values, so
+the report's JSON holds it as it is."""
+
+from __future__ import annotations
+
+import math
+
+SHOWN = 5
+"""Tensors named in the text: the largest gains over MinMax."""
+
+
+def calibration_section(method: str, records: dict[str, dict]) -> dict:
+    """``{"method", "counts": {method: tensors}, "tensors": [...]}``; each tensor row holds
+    ``node``, ``method``, ``bits`` and, where measured, ``mse``, ``minmax_mse``, ``gain_db``
+    and ``range``."""
+    counts: dict[str, int] = {}
+    tensors = []
+    for node, record in records.items():
+        counts[record["method"]] = counts.get(record["method"], 0) + 1
+        row = {"node": node, **record}
+        if "mse" in record:
+            row["gain_db"] = gain_db(record["mse"], record["minmax_mse"])
+        tensors.append(row)
+    return {"method": method, "counts": dict(sorted(counts.items())), "tensors": tensors}
+
+
+def gain_db(error: float, minmax_error: float) -> float:
+    """How much lower ``error`` is than ``minmax_error``, in dB (0 when both are 0)."""
+    if error <= 0 or minmax_error <= 0:
+        return 0.0 if error == minmax_error else (math.inf if error <= 0 else -math.inf)
+    return round(10.0 * math.log10(minmax_error / error), 3)
+
+
+def calibration_summary(section: dict) -> dict:
+    """What ``report.summary`` shows of the section: the method asked and the counts."""
+    return {"method": section.get("method"), "counts": dict(section.get("counts", {}))}
+
+
+def calibration_lines(section: dict) -> list[str]:
+    """The text: one line of counts, then the tensors whose range gained most over MinMax."""
+    if not section:
+        return []
+    counts = section.get("counts", {})
+    total = sum(counts.values())
+    parts = ", ".join(f"{n} {name}" for name, n in sorted(counts.items(), key=lambda c: -c[1]))
+    lines = [f"calibration {section.get('method')}: {total} activation tensor(s): {parts}"]
+    moved = sorted((t for t in section.get("tensors", [])
+                    if t.get("gain_db") and t["method"] != "minmax"),
+                   key=lambda t: -t["gain_db"])
+    for t in moved[:SHOWN]:
+        lines.append(f"  {t['node']}: {t['method']} range {_range(t)}, quantization error "
+                     f"{t['gain_db']:+.2f} dB lower than MinMax's")
+    if len(moved) > SHOWN:
+        lines.append(f"  and {len(moved) - SHOWN} more (report.calibration)")
+    return lines
+
+
+def _range(t: dict) -> str:
+    lo, hi = t.get("range", (0.0, 0.0))
+    return f"[{lo:.4g}, {hi:.4g}]"
