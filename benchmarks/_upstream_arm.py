@@ -146,25 +146,36 @@ def delegation(edge) -> dict:
             "payload_bytes": [len(lm.processed_bytes) for lm in lowered]}
 
 
+def quantize_upstream(model: torch.nn.Module, example_inputs: tuple, calibration: list,
+                      target: str = "ethos-u55-128") -> torch.fx.GraphModule:
+    """Upstream's Arm PTQ of ``model`` for ``target``: ``EthosUQuantizer`` with
+    ``get_symmetric_quantization_config(is_per_channel=True)``, PT2E prepare -> calibrate on
+    ``calibration`` -> convert; the converted GraphModule runs in PyTorch."""
+    from executorch.backends.arm import (EthosUCompileSpec, EthosUQuantizer,
+                                         get_symmetric_quantization_config)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    spec = EthosUCompileSpec(target)
+    gm = torch.export.export(model.eval(), example_inputs).module(check_guards=False)
+    quantizer = EthosUQuantizer(spec).set_global(
+        get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(gm, quantizer)
+    for sample in calibration:
+        prepared(*sample)
+    return convert_pt2e(prepared)
+
+
 def compile_upstream(model: torch.nn.Module, example_inputs: tuple, calibration: list,
                      target: str, keep_pte: bool = False) -> dict:
     """Run upstream's Ethos-U flow; the figures in the dict named like the project's.
     ``keep_pte``: the ``.pte`` bytes too, under "pte"."""
-    from executorch.backends.arm import (EthosUCompileSpec, EthosUPartitioner,
-                                         EthosUQuantizer, get_symmetric_quantization_config)
+    from executorch.backends.arm import EthosUCompileSpec, EthosUPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     with capture_regor() as calls:
         t0 = time.perf_counter()
         spec = EthosUCompileSpec(target)
-        gm = torch.export.export(model.eval(), example_inputs).module(check_guards=False)
-        quantizer = EthosUQuantizer(spec).set_global(
-            get_symmetric_quantization_config(is_per_channel=True))
-        prepared = prepare_pt2e(gm, quantizer)
-        for sample in calibration:
-            prepared(*sample)
-        converted = convert_pt2e(prepared)
+        converted = quantize_upstream(model, example_inputs, calibration, target)
         t1 = time.perf_counter()
         edge = to_edge_transform_and_lower(
             torch.export.export(converted, example_inputs),

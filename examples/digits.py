@@ -15,100 +15,35 @@ in memory for the rest of the process.
 
 from __future__ import annotations
 
-import functools
-
-import numpy as np
 import torch
-import torch.nn as nn
 
-SEED = 0
-HELD_OUT_FRACTION = 0.2
-EPOCHS = 15
-BATCH = 64
+from mcu_npu.models.trained import data, task
+from mcu_npu.models.trained.nets import DigitsCNN
 
-
-class DigitsCNN(nn.Module):
-    """conv 16 -> conv 32 -> max pool -> conv 32 -> global average pool -> linear 10."""
-
-    def __init__(self, classes: int = 10):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
-        )
-        self.flatten = nn.Flatten()
-        self.classifier = nn.Linear(32, classes)
-
-    def forward(self, x):
-        return self.classifier(self.flatten(self.features(x)))
+SEED = data.SEED
+HELD_OUT_FRACTION = data.HELD_OUT_FRACTION
 
 
-@functools.lru_cache(maxsize=1)
 def split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(train images, train labels, held-out images, held-out labels): a fixed stratified split.
 
     Images are N x 1 x 8 x 8 float32 in [0, 1]; labels are int64.
     """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
-    # reshape (not [:, None]) so the unit channel axis gets a plain contiguous stride: a
-    # stride-0/1 channel axis makes torch.export treat the input as channels-last
-    images = digits.images.astype(np.float32).reshape(-1, 1, 8, 8) / 16.0
-    x_train, x_test, y_train, y_test = train_test_split(
-        images, digits.target, test_size=HELD_OUT_FRACTION, random_state=SEED,
-        stratify=digits.target)
-    return (torch.from_numpy(x_train), torch.from_numpy(y_train).long(),
-            torch.from_numpy(x_test), torch.from_numpy(y_test).long())
-
-
-@functools.lru_cache(maxsize=1)
-def _trained_state() -> dict:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # batches this small train fastest (and steadiest) on one thread
-    try:
-        return _train()
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train() -> dict:
-    x, y, _, _ = split()
-    torch.manual_seed(SEED)
-    model = DigitsCNN()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=1e-2, total_steps=EPOCHS * ((len(x) + BATCH - 1) // BATCH))
-    g = torch.Generator().manual_seed(SEED)
-    model.train()
-    for _ in range(EPOCHS):
-        order = torch.randperm(len(x), generator=g)
-        for i in range(0, len(x), BATCH):
-            idx = order[i:i + BATCH]
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return data.digits_split()
 
 
 def trained_model() -> DigitsCNN:
-    """The trained network (float, eval mode); trains on first use in this process."""
+    """The trained network (float, eval mode); trains on first use in this process
+    (``mcu_npu.models.trained``: the benchmarks' and tests' ``digits_cnn``)."""
     model = DigitsCNN()
-    model.load_state_dict(_trained_state())
+    model.load_state_dict(task("digits_cnn").model.state_dict())
     return model.eval()
 
 
 def calibration(n: int = 32) -> list[tuple[torch.Tensor]]:
     """``n`` calibration samples (1 x 1 x 8 x 8 each) from the training split."""
     x, _, _, _ = split()
-    idx = torch.randperm(len(x), generator=torch.Generator().manual_seed(SEED))[:n]
-    return [(x[i:i + 1],) for i in idx.tolist()]
+    return [(image[None],) for image in data.first_of_permutation(x, n, SEED)]
 
 
 def held_out() -> tuple[torch.Tensor, torch.Tensor]:

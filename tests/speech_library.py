@@ -26,22 +26,29 @@ TARGETS = ["imxrt700", "corstone-300", "corstone-320"]
 _SB = None
 
 
+def import_torchaudio():
+    """torchaudio, initialised without its extension (as a build without the library file);
+    a package that imports torchaudio (speechbrain, torchcrepe) can be imported after it."""
+    spec = importlib.util.find_spec("torchaudio")
+    lib_dir = pathlib.Path(spec.submodule_search_locations[0]) / "lib"
+    glob = pathlib.Path.glob
+
+    def without_extension(self, pattern, *args, **kwargs):
+        return iter(()) if self == lib_dir else glob(self, pattern, *args, **kwargs)
+
+    pathlib.Path.glob = without_extension
+    try:
+        import torchaudio
+    finally:
+        pathlib.Path.glob = glob
+    return torchaudio
+
+
 def import_speechbrain():
     """speechbrain, imported so that torchaudio's unloadable extension does not stop it."""
     global _SB
     if _SB is None:
-        spec = importlib.util.find_spec("torchaudio")
-        lib_dir = pathlib.Path(spec.submodule_search_locations[0]) / "lib"
-        glob = pathlib.Path.glob
-
-        def without_extension(self, pattern, *args, **kwargs):
-            return iter(()) if self == lib_dir else glob(self, pattern, *args, **kwargs)
-
-        pathlib.Path.glob = without_extension
-        try:
-            import torchaudio  # noqa: F401  (initialised here, without its extension)
-        finally:
-            pathlib.Path.glob = glob
+        import_torchaudio()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             import speechbrain

@@ -6,23 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
 
 import mcu_npu
+from mcu_npu.models.trained.nets import DigitsGRU
 from helpers import assert_loads_in_executorch, fit
 
 pytestmark = pytest.mark.slow
-
-
-class DigitsGRU(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.gru = nn.GRU(8, 32, batch_first=True)
-        self.fc = nn.Linear(32, 10)
-
-    def forward(self, x):
-        out, _ = self.gru(x)
-        return self.fc(out[:, -1])
 
 
 def digits():

