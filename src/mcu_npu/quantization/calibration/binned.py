@@ -75,6 +75,23 @@ class Binned:
         counts += np.bincount(k, minlength=BINS)
         self.width, self.first, self.counts = width, first, counts
 
+    def merged(self, bins: int) -> "Binned":
+        """A copy with at most ``bins`` bins: neighbours merged by a power of two."""
+        used = np.nonzero(self.counts)[0]
+        out = Binned()
+        out.min, out.max, out.zeros, out._nonzero = self.min, self.max, self.zeros, \
+            self._nonzero
+        if not used.size:
+            return out
+        factor = 1
+        while (used[-1] + self.first) // factor - (used[0] + self.first) // factor + 1 > bins:
+            factor *= 2
+        out.width = self.width * factor
+        out.first = (used[0] + self.first) // factor
+        out.counts = np.bincount((used + self.first) // factor - out.first,
+                                 weights=self.counts[used])
+        return out
+
     def bins(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(left edges, right edges, counts) of the nonempty bins, the outer ones cut to the
         exact minimum and maximum."""
@@ -85,10 +102,6 @@ class Binned:
         left = np.maximum(left, self.min)
         right = np.minimum(right, self.max)
         return left, right, counts[used]
-
-    def edges(self) -> np.ndarray:
-        """Bin edges of all ``len(counts) + 1`` bins (uncut)."""
-        return (self.first + np.arange(len(self.counts) + 1)) * self.width
 
 
 def _start_width(lo: float, hi: float) -> float:
