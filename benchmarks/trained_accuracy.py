@@ -216,8 +216,10 @@ def marks(rows: list[tuple]) -> list[str]:
         ours_median = statistics.median(r["sqnr"] for r in mine.values())
         for label, r in theirs.items():
             if ours_median < r["sqnr"]:
+                left = r.get("float_ops")
                 out.append(f"- {name}: our median SQNR {ours_median:.2f} dB is below {label} "
-                           f"{r['sqnr']:.2f} dB")
+                           f"{r['sqnr']:.2f} dB" +
+                           (f" (which leaves {', '.join(left)} in float)" if left else ""))
     return out or ["- none: ours is within 0.5 points of the best upstream quantizer and at "
                    "or above every upstream SQNR on every model"]
 
