@@ -14,8 +14,9 @@ held-out inputs against float (``CASES``) (digits: 3 of 360, 0.83 points; GunPoi
 
 from __future__ import annotations
 
-import os
+import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +25,7 @@ from helpers import sqnr_holds
 from mcu_npu.flow.measure import measure_accuracy
 from mcu_npu.models.trained import evaluate, task
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "benchmarks")
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 CALIBRATION_INPUTS = 32
 CASES = {
     # model: (target, float accuracy it must reach, held-out inputs it may lose)
@@ -36,12 +36,15 @@ CASES = {
 
 def upstream_arm_quantize():
     """``benchmarks/_upstream_arm.py``'s ``quantize_upstream``: upstream's Arm PTQ recipe,
-    the benchmark's baseline (imported by path, as the benchmark scripts are not a package)."""
-    if BENCHMARKS not in sys.path:
-        sys.path.insert(0, BENCHMARKS)
-    from _upstream_arm import quantize_upstream
-
-    return quantize_upstream
+    the benchmark's baseline, loaded by path (``benchmarks/`` on ``sys.path`` would shadow
+    test modules of the same name)."""
+    name = "benchmarks_upstream_arm"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / "_upstream_arm.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name].quantize_upstream
 
 
 @pytest.fixture(scope="module", params=[

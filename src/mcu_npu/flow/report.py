@@ -54,7 +54,8 @@ def record_calibration(report: Report, reference, method: str) -> None:
     records = getattr(reference, "meta", {}).get(CALIBRATION_KEY, {})
     report.ops = [replace(o, calibration=records[o.ident]["method"])
                   if o.ident in records else o for o in report.ops]
-    report.calibration = calibration_section(method, records)
+    names = {o.ident: o.node for o in report.ops if o.ident}
+    report.calibration = calibration_section(method, records, names)
 
 
 def build_report(plan: Plan, edge, facts: dict | None = None) -> Report:

@@ -13,15 +13,17 @@ SHOWN = 5
 """Tensors named in the text: the largest gains over MinMax."""
 
 
-def calibration_section(method: str, records: dict[str, dict]) -> dict:
+def calibration_section(method: str, records: dict[str, dict],
+                        names: dict[str, str] | None = None) -> dict:
     """``{"method", "counts": {method: tensors}, "tensors": [...]}``; each tensor row holds
-    ``node``, ``method``, ``bits`` and, where measured, ``mse``, ``minmax_mse``, ``gain_db``
-    and ``range``."""
+    ``node`` (the report's op producing it, by ``names``: ATen node id -> op node; else the
+    id, or the name of a program input), ``method``, ``bits`` and, where measured, ``mse``,
+    ``minmax_mse``, ``gain_db`` and ``range``."""
     counts: dict[str, int] = {}
     tensors = []
-    for node, record in records.items():
+    for ident, record in records.items():
         counts[record["method"]] = counts.get(record["method"], 0) + 1
-        row = {"node": node, **record}
+        row = {"node": (names or {}).get(ident, ident), **record}
         if "mse" in record:
             row["gain_db"] = gain_db(record["mse"], record["minmax_mse"])
         tensors.append(row)
@@ -52,8 +54,9 @@ def calibration_lines(section: dict) -> list[str]:
                     if t.get("gain_db") and t["method"] != "minmax"),
                    key=lambda t: -t["gain_db"])
     for t in moved[:SHOWN]:
+        side = "below" if t["gain_db"] > 0 else "above"
         lines.append(f"  {t['node']}: {t['method']} range {_range(t)}, quantization error "
-                     f"{t['gain_db']:+.2f} dB lower than MinMax's")
+                     f"{abs(t['gain_db']):.2f} dB {side} MinMax's")
     if len(moved) > SHOWN:
         lines.append(f"  and {len(moved) - SHOWN} more (report.calibration)")
     return lines

@@ -86,7 +86,7 @@ def evaluate(task: Task, run: Callable[[torch.Tensor], torch.Tensor]) \
     return 100.0 * float(task.hits(out, task.held_out[1]).double().mean()), out
 
 
-def _trained(name: str, build, x, y, **kwargs) -> nn.Module:
+def _trained(build, x, y, **kwargs) -> nn.Module:
     model = build()
     model.load_state_dict(fit(build, x, y, **kwargs))
     return model.eval()
@@ -94,7 +94,7 @@ def _trained(name: str, build, x, y, **kwargs) -> nn.Module:
 
 def _digits(name: str, build, shape, program_batch: int, **kwargs) -> Task:
     x, y, xv, yv = data.digits_split()
-    model = _trained(name, build, x.reshape(-1, *shape), y, **kwargs)
+    model = _trained(build, x.reshape(-1, *shape), y, **kwargs)
     return Task(name, model, (xv.reshape(-1, *shape), yv), x.reshape(-1, *shape),
                 program_batch)
 
@@ -115,7 +115,7 @@ def _digits_vit() -> Task:
 
 def _gunpoint_cnn() -> Task:
     x, y, xv, yv = data.gunpoint_split()
-    model = _trained("gunpoint_cnn", nets.SeriesCNN, x, y, epochs=60, lr=1e-2, batch=10)
+    model = _trained(nets.SeriesCNN, x, y, epochs=60, lr=1e-2, batch=10)
     return Task("gunpoint_cnn", model, (xv, yv), x, 8)
 
 

@@ -39,6 +39,7 @@ class Binned:
         self.first = 0  # k of counts[0]
         self.counts = np.zeros(0, dtype=np.float64)
         self._nonzero = (math.inf, -math.inf)  # min and max of the nonzero values
+        self._bins = None
 
     @property
     def total(self) -> float:
@@ -48,6 +49,7 @@ class Binned:
         x = x.detach().reshape(-1).to(torch.float64).numpy()
         if x.size == 0:
             return
+        self._bins = None
         lo, hi = float(x.min()), float(x.max())
         if not (math.isfinite(lo) and math.isfinite(hi)):
             x = x[np.isfinite(x)]
@@ -75,9 +77,31 @@ class Binned:
         counts += np.bincount(k, minlength=BINS)
         self.width, self.first, self.counts = width, first, counts
 
+    def merged(self, bins: int) -> "Binned":
+        """A copy with at most ``bins`` bins: neighbours merged by a power of two."""
+        used = np.nonzero(self.counts)[0]
+        out = Binned()
+        out.min, out.max, out.zeros, out._nonzero = self.min, self.max, self.zeros, \
+            self._nonzero
+        if not used.size:
+            return out
+        factor = 1
+        while (used[-1] + self.first) // factor - (used[0] + self.first) // factor + 1 > bins:
+            factor *= 2
+        out.width = self.width * factor
+        out.first = (used[0] + self.first) // factor
+        out.counts = np.bincount((used + self.first) // factor - out.first,
+                                 weights=self.counts[used])
+        return out
+
     def bins(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(left edges, right edges, counts) of the nonempty bins, the outer ones cut to the
         exact minimum and maximum."""
+        if self._bins is None:
+            self._bins = self._nonempty_bins()
+        return self._bins
+
+    def _nonempty_bins(self):
         counts = self.counts
         used = np.nonzero(counts)[0]
         left = (self.first + used) * self.width
@@ -85,10 +109,6 @@ class Binned:
         left = np.maximum(left, self.min)
         right = np.minimum(right, self.max)
         return left, right, counts[used]
-
-    def edges(self) -> np.ndarray:
-        """Bin edges of all ``len(counts) + 1`` bins (uncut)."""
-        return (self.first + np.arange(len(self.counts) + 1)) * self.width
 
 
 def _start_width(lo: float, hi: float) -> float:
@@ -99,11 +119,11 @@ def _start_width(lo: float, hi: float) -> float:
 
 
 def _sawtooth_integral(t: np.ndarray) -> np.ndarray:
-    """``P(t) = integral from 0 to t of (u - round(u))**2 du`` (any real ``t``)."""
-    n = np.floor(t)
-    f = t - n
-    g = np.where(f <= 0.5, f ** 3 / 3.0, 1.0 / 12.0 + (f - 1.0) ** 3 / 3.0)
-    return n / 12.0 + g
+    """``P(t) = integral from 0 to t of (u - round(u))**2 du`` (any real ``t``): each whole
+    period adds 1/12, and what is left, ``d = t - round(t)`` in [-1/2, 1/2], adds ``d**3 / 3``."""
+    r = np.rint(t)
+    d = t - r
+    return r / 12.0 + d * d * d / 3.0
 
 
 def range_errors(binned: Binned, scales: np.ndarray, zero_points: np.ndarray,
@@ -118,16 +138,18 @@ def range_errors(binned: Binned, scales: np.ndarray, zero_points: np.ndarray,
     left, right, counts = binned.bins()
     lo = (quant_min - zps) * scales  # the representable range of each candidate
     hi = (quant_max - zps) * scales
-    left, right = left[None, :], right[None, :]
-    width = right - left
-    a = np.clip(left, lo, hi)  # the part of the bin inside the range
-    b = np.clip(right, lo, hi)
-    inside = scales ** 3 * (_sawtooth_integral(b / scales) - _sawtooth_integral(a / scales))
-    above = (np.maximum(right - hi, 0.0) ** 3 - np.maximum(left - hi, 0.0) ** 3) / 3.0
-    below = (np.maximum(lo - left, 0.0) ** 3 - np.maximum(lo - right, 0.0) ** 3) / 3.0
-    point = width <= 0
-    spread = (inside + above + below) / np.where(point, 1.0, width)
-    centre = np.clip(left, lo, hi)
-    at_point = (left - np.clip(np.round(centre / scales) * scales, lo, hi)) ** 2
-    per_bin = np.where(point, at_point, spread)
-    return (per_bin * counts[None, :]).sum(axis=1) / total
+    point = right <= left  # a bin cut to one value (the minimum equals the maximum)
+    sums = np.zeros(scales.shape[0])
+    if point.any():
+        x = left[point][None, :]
+        q = np.clip(np.rint(np.clip(x, lo, hi) / scales) * scales, lo, hi)
+        sums += ((x - q) ** 2) @ counts[point]
+        left, right, counts = left[~point], right[~point], counts[~point]
+    if len(counts):
+        l, r = left[None, :], right[None, :]
+        inside = scales ** 3 * (_sawtooth_integral(np.clip(r, lo, hi) / scales)
+                                - _sawtooth_integral(np.clip(l, lo, hi) / scales))
+        over = np.maximum(r - hi, 0.0) ** 3 - np.maximum(l - hi, 0.0) ** 3
+        under = np.maximum(lo - l, 0.0) ** 3 - np.maximum(lo - r, 0.0) ** 3
+        sums += (inside + (over + under) / 3.0) @ (counts / (right - left))
+    return sums / total

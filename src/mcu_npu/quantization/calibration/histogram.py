@@ -4,8 +4,9 @@ by the next 1e-5 of the data's mass, at the end whose step drops the sparser tai
 most bins for that mass), while the quantization error keeps falling (upstream goes on
 through ties; here a tie stops, so an int16 symmetric range, which one end decides, is not
 shrunk at the other end for nothing). Here the error is
-the exact one of the candidate's scale and zero point (``measure``), not upstream's
-bin-spread approximation, and the bins are this package's (``binned``)."""
+the exact one of the candidate's scale and zero point (on the coarse histogram,
+``measure.coarse``), not upstream's bin-spread approximation, and the bins are this
+package's (``binned``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def choose(binned: Binned, measure: Measure) -> tuple[float, float]:
     left, right, counts = segments(binned)
     if len(counts) < 2:
         return binned.min, binned.max
+    measure = measure.coarse
     cum = list(np.cumsum(counts))
     total = cum[-1]
     alpha, beta = 0.0, 1.0

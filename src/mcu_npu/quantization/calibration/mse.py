@@ -1,6 +1,7 @@
 """MSE: the range with the lowest measured quantization error (``measure``) over a grid:
 the min / max range scaled by ``GRID`` factors from 1/``GRID`` to 1, then each end alone
-refined between the neighbouring factors, the other end held."""
+refined between the neighbouring factors, the other end held; measured on the coarse
+histogram (``measure.coarse``), where it tries many ranges."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from .binned import Binned
 from .measure import Measure
 
 GRID = 32
-REFINE = 16
+REFINE = 8
 """Points each end is refined over, within one coarse factor step either side."""
 
 
 def choose(binned: Binned, measure: Measure) -> tuple[float, float]:
     """The best range of the grid (the min / max range when nothing beats it)."""
     lo, hi = binned.min, binned.max
+    measure = measure.coarse
     factors = np.arange(1, GRID + 1, dtype=np.float64) / GRID
     best = float(factors[int(np.argmin(measure(lo * factors, hi * factors)))])
     fine = best + np.arange(-REFINE, REFINE + 1, dtype=np.float64) / (REFINE * GRID)

@@ -15,6 +15,7 @@ from torchao.quantization.pt2e.observer import MinMaxObserver
 from . import check_method, histogram, minmax, mse, percentile
 from .auto import choose_method
 from .binned import Binned, range_errors
+from .measure import Measure
 
 _FIXED = {"minmax": minmax.choose, "histogram": histogram.choose,
           "percentile": percentile.choose, "mse": mse.choose}
@@ -54,10 +55,11 @@ class CalibrationObserver(MinMaxObserver):
     def choice(self):
         """((scale, zero point), record), computed once per calibration."""
         if self._chosen is None:
+            measure = self.measure
             if self.method == "auto":
-                name, (lo, hi) = choose_method(self.binned, self.measure)
+                name, (lo, hi) = choose_method(self.binned, measure)
             else:
-                name, (lo, hi) = self.method, _FIXED[self.method](self.binned, self.measure)
+                name, (lo, hi) = self.method, _FIXED[self.method](self.binned, measure)
             if name == "minmax":  # MinMaxObserver's own parameters, bit for bit
                 qparams = super().calculate_qparams()
             else:
@@ -68,10 +70,10 @@ class CalibrationObserver(MinMaxObserver):
                                      "mse": errors[0], "minmax_mse": errors[1]}
         return self._chosen
 
-    def measure(self, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
-        """Mean squared quantization error of each candidate range (``calibration.measure``)."""
-        scales, zero_points = self._qparams_np(lows, highs)
-        return range_errors(self.binned, scales, zero_points, self.quant_min, self.quant_max)
+    @property
+    def measure(self) -> Measure:
+        """Mean squared quantization error of candidate ranges (``calibration.measure``)."""
+        return Measure(self.binned, self._qparams_np, self.quant_min, self.quant_max)
 
     def _qparams_np(self, lows, highs) -> tuple[np.ndarray, np.ndarray]:
         """``_calculate_qparams`` of torchao's observers for many ranges at once, in numpy
