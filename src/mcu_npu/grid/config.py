@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, first_line
+from ..model_source import model_names
 from ..targets import MEMORY_CHOICES, get_target
 
 PRECISIONS = ("int8", "int16", "auto")
@@ -50,8 +51,8 @@ def read_config(path: str | Path) -> SweepConfig:
         if not data.get(key):
             raise ConfigError(f"sweep config {path}: '{key}' is missing or empty")
     models = data["models"]
-    if isinstance(models, list):
-        models = {_name(m): m for m in models}
+    if isinstance(models, list) and all(isinstance(m, str) for m in models):
+        models = dict(zip(model_names(models), models))
     if not isinstance(models, dict) or not all(isinstance(m, str) for m in models.values()):
         raise ConfigError(f"sweep config {path}: 'models' is a list of factories "
                           f"('file.py:factory' or 'module:factory') or a table name = factory")
@@ -100,10 +101,6 @@ def _strings(data: dict, key: str, path: Path) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"sweep config {path}: '{key}' is a list of names")
     return value
-
-
-def _name(spec) -> str:
-    return str(spec).rpartition(":")[2] if isinstance(spec, str) else str(spec)
 
 
 def _relative(spec: str, folder: Path) -> str:

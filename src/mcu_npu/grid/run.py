@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from ..errors import ConfigError
-from ..model_source import check_source, model_name
+from ..model_source import check_source, model_name, model_names
 from ..targets import get_target, targets as all_targets
 from .cells import Cell, Row
 from .executors import run_cells
@@ -144,8 +144,10 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
     ``concurrent.futures.Executor``. ``progress``: a line on stderr per finished cell (None:
     when stderr is a terminal); ``on_row`` is called with each row as it comes.
     ``compile_kwargs`` go to every ``mcu_npu.compile``."""
-    named = models.items() if isinstance(models, Mapping) else \
-        [(None, m) for m in (models if isinstance(models, (list, tuple)) else [models])]
+    if not isinstance(models, (Mapping, list, tuple)):
+        models = [models]
+    named = list(models.items()) if isinstance(models, Mapping) else \
+        list(zip(model_names(models), models))
     for _, m in named:
         if not (isinstance(m, str) or callable(m)) or _is_module(m):
             raise ConfigError(f"sweep takes model factories ('file.py:factory', "
