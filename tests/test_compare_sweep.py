@@ -149,6 +149,10 @@ def test_bad_grid_arguments_are_config_errors(monkeypatch):
         compare(model, example, TARGETS, executor="process")
     with pytest.raises(ConfigError, match="unknown executor 'threads'"):
         sweep([f"{MODELS}:tiny_cnn"], TARGETS, executor="threads")
+    with pytest.raises(ConfigError, match="unknown precision 'int4'"):
+        sweep([f"{MODELS}:tiny_cnn"], TARGETS, precisions=["int8", "int4"])
+    with pytest.raises(ConfigError, match="unknown memory placement 'disk'"):
+        compare(f"{MODELS}:tiny_cnn", targets=TARGETS, memory="disk")
     with pytest.raises(ConfigError, match="workers must be a positive"):
         sweep([f"{MODELS}:tiny_cnn"], TARGETS, workers=0)
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed

@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..model_source import check_source, model_name, model_names
 from ..targets import get_target, targets as all_targets
 from .cells import Cell, Row
+from .config import check_axes
 from .executors import run_cells
 from .pareto import OBJECTIVES, pareto_front
 from .table import NUMERIC, format_table, table_cells
@@ -120,6 +121,7 @@ def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
         source, executor = _Given(model, example_inputs), "serial"
     precision = compile_kwargs.pop("precision", None)
     memory = compile_kwargs.pop("memory", "auto")
+    check_axes([precision], [memory])
     if calibration is not None:
         compile_kwargs["calibration"] = calibration
     cells = [Cell(source, t, precision, memory, compile_kwargs) for t in targets]
@@ -156,7 +158,8 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
         check_source(m)
     targets = check_targets(targets)
     precisions = list(precisions) or [None]
-    memory = list(memory) or ["auto"]
+    memory = [memory] if isinstance(memory, str) else list(memory) or ["auto"]
+    check_axes(precisions, memory)
     cells = [Cell(m, t, p, mem, compile_kwargs, name or "") for name, m in named
              for t in targets for p in precisions for mem in memory]
     title = (f"sweep: {len(named)} models x {len(targets)} targets x {len(precisions)} "
