@@ -18,7 +18,7 @@ from .cells import Cell, Row
 from .config import check_axes
 from .executors import run_cells
 from .pareto import OBJECTIVES, pareto_front
-from .table import NUMERIC, format_table, table_cells
+from .table import BOUND_NOTE, NUMERIC, format_table, table_cells
 
 
 @dataclass
@@ -40,7 +40,8 @@ class Grid:
     def __str__(self) -> str:
         front = self.front
         ok = sum(r.ok for r in self.rows)
-        lines = [self.title, format_table(self.rows, front), "",
+        bound = [BOUND_NOTE] if any(r.latency_is_bound for r in self.rows) else []
+        lines = [self.title, format_table(self.rows, front), *bound, "",
                  f"{ok}/{len(self.rows)} compiled; * marks the Pareto front "
                  f"({_objectives_text(self.objectives)}, among the rows that fit):"]
         lines += [f"  {front_line(r)}" for r in front] or ["  (no row fits)"]
@@ -72,7 +73,7 @@ def grid_from_json(text: str | bytes) -> Grid:
 
 def front_line(r: Row) -> str:
     return (f"{r.model} on {r.target} ({r.precision}, memory {r.memory_placement}): "
-            f"{r.latency_us:,.1f} us, SQNR {r.sqnr_db:.2f} dB, RAM {r.ram_bytes / 1024:,.1f} "
+            f"{'>=' if r.latency_is_bound else ''}{r.latency_us:,.1f} us, SQNR {r.sqnr_db:.2f} dB, RAM {r.ram_bytes / 1024:,.1f} "
             f"KiB, flash {(r.flash_bytes or 0) / 1024:,.1f} KiB")
 
 

@@ -95,7 +95,7 @@ def _scatter_section(rows, on_front, labels, objectives) -> str:
             + "</section>")
 
 
-def _scatter_svg(points, axis, width=1000, height=440) -> str:
+def _scatter_svg(points, axis, width=1000, height=480) -> str:
     key, y_title, y_scale, area_key, _ = axis
     left, right, top, bottom = 70, 230, 16, 48
     xs = [r.latency_us for r, _, _ in points]
@@ -148,36 +148,49 @@ def _scatter_svg(points, axis, width=1000, height=440) -> str:
         spot[2] = max(spot[2], radius)
         spot[3].append(lab)
     out += marks + _point_labels(names.values(), [(x - r, y - r, x + r, y + r)
-                                                  for x, y, r, _ in names.values()])
+                                                  for x, y, r, _ in names.values()],
+                                 (left, top, width, height - bottom))
     out.append("</svg>")
     return "".join(out)
 
 
-def _point_labels(spots, markers) -> list[str]:
-    """One label per point (the names of rows drawn on the same spot joined), right of it,
-    moved down or up a line at a time until it overlaps no marker and no label placed
-    before it (a leader line then joins it to its point)."""
+def _point_labels(spots, markers, area: tuple[float, float, float, float]) -> list[str]:
+    """One label per point (the names of rows drawn on the same spot joined), right or left
+    of it, moved down or up a line at a time, inside ``area`` (x0, y0, x1, y1), until
+    it overlaps no marker and no label placed before it (a leader line then joins it to its
+    point)."""
     placed, out = list(markers), []
     for x, y, radius, names in sorted(spots, key=lambda s: (s[1], s[0])):
         text = clip(" / ".join(names), 60)
-        x0, w = x + radius + 3, 6.2 * len(text)
-        for dy in (0, *(k * sign * 13 for k in range(1, 8) for sign in (1, -1))):
-            box = (x0, y + dy - 9, x0 + w, y + dy + 4)
-            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
-                       for b in placed):
-                break
-        placed.append(box)
+        w = 6.2 * len(text)
+        where = (0.0, x + radius + 3, "start")
+        for dy in (0, *(k * sign * 13 for k in range(1, 10) for sign in (1, -1))):
+            for x0, anchor in ((x + radius + 3, "start"), (x - radius - 3, "end")):
+                left = x0 if anchor == "start" else x0 - w
+                box = (left, y + dy - 9, left + w, y + dy + 4)
+                if area[0] <= box[0] and area[1] <= box[1] and box[2] <= area[2] and \
+                        box[3] <= area[3] and not any(
+                        box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+                        for b in placed):
+                    where = (dy, x0, anchor)
+                    break
+            else:
+                continue
+            break
+        dy, x0, anchor = where
+        left = x0 if anchor == "start" else x0 - w
+        placed.append((left, y + dy - 9, left + w, y + dy + 4))
         if dy:  # a leader from the point to its moved label
-            out.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x0 - 1:.1f}" y2="{y + dy:.1f}" '
+            out.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x0:.1f}" y2="{y + dy:.1f}" '
                        f'stroke="#9ca3af" stroke-width="0.8"/>')
-        out.append(f'<text x="{x0:.1f}" y="{y + dy + 4:.1f}" font-size="11">'
-                   f'{escape(text)}</text>')
+        out.append(f'<text x="{x0:.1f}" y="{y + dy + 4:.1f}" font-size="11" '
+                   f'text-anchor="{anchor}">{escape(text)}</text>')
     return out
 
 
 def _span(values, floor) -> tuple[float, float]:
     lo, hi = min(values), max(values)
-    pad = (hi - lo) * 0.08 or abs(hi) * 0.1 or 1.0
+    pad = (hi - lo) * 0.12 or abs(hi) * 0.1 or 1.0
     lo = lo - pad if floor is None else max(floor, lo - pad)
     return lo, hi + pad
 
@@ -252,7 +265,8 @@ def _table_section(rows, on_front, head, cells, numeric) -> str:
     out = ["<section id=\"rows\"><h2>Rows</h2><p class=\"muted\">Green edge: on the "
            "Pareto front. SQNR and ref dB: the program run on the host and the quantized "
            "reference against the float model; top-1: samples whose argmax matches the "
-           "float model's.</p>"]
+           "float model's; a latency marked &gt;= has a lower bound for its NPU part (MACs at "
+           "the NPU's peak: its compiler gives no cycle count).</p>"]
     if body:
         out.append(html_table(head, body, numeric=tuple(i for i, h in enumerate(head)
                                                         if h in numeric), row_attrs=attrs))
