@@ -258,7 +258,9 @@ def _bars_section(rows, labels, width=1000, label_w=300, bar_h=12) -> str:
 
 def _table_section(rows, on_front, head, cells, numeric) -> str:
     asked = head.index("fits")
-    body = [c for r, c in zip(rows, cells) if r.ok]
+    fits = head.index("fits")
+    body = [[("html", '<span class="over">NO</span>') if i == fits and r.fits is False else v
+             for i, v in enumerate(c)] for r, c in zip(rows, cells) if r.ok]
     attrs = [' class="front"' if front else "" for r, front in zip(rows, on_front) if r.ok]
     failed = [c[:asked] + [c[asked][len("error: "):]] for r, c in zip(rows, cells)
               if not r.ok]
