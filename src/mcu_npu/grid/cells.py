@@ -34,10 +34,6 @@ class Cell:
     name: str = ""
     """The model's name in the row (default: the factory's name)."""
 
-    def label(self) -> str:
-        return (f"{self.name or model_name(self.source)} on {self.target} "
-                f"({precision_label(self.precision)}, memory {self.memory})")
-
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
@@ -141,7 +137,8 @@ def _compile_row(cell: Cell, asked: dict) -> Row:
                          **options)
     s = prog.report.summary
     samples = options.get("accuracy_samples") or calibration or [inputs]
-    agreement, counted = top1_agreement(prog, model, inputs, samples[:TOP1_SAMPLES])
+    float_model = prog.float_model if prog.float_model is not None else model  # a .pt2's too
+    agreement, counted = top1_agreement(prog, float_model, inputs, samples[:TOP1_SAMPLES])
     latency, npu = s.get("latency_us"), s.get("npu_us")
     return Row(**asked, npu_compiler=s.get("npu_compiler"), fits=s.get("memory_fits"),
                latency_us=latency, npu_us=npu, cpu_us=s.get("cpu_us"),
