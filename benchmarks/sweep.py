@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 SWEEP_TARGETS = ("imxrt700", "corstone-300", "corstone-320", "ethos-u55-64")
 SWEEP_MODELS = ("ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder", "eegnet_style",
-                "gated_temporal_block", "inception_time_1d", "unet_1d", "mobilenet_v3_style")
+                "gated_temporal_block", "inception_time_1d", "unet_1d")
 CALIBRATION = 8
 
 

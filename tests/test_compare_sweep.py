@@ -149,6 +149,10 @@ def test_bad_grid_arguments_are_config_errors(monkeypatch):
         compare(model, example, TARGETS, executor="process")
     with pytest.raises(ConfigError, match="unknown executor 'threads'"):
         sweep([f"{MODELS}:tiny_cnn"], TARGETS, executor="threads")
+    with pytest.raises(ConfigError, match="unknown precision 'int4'"):
+        sweep([f"{MODELS}:tiny_cnn"], TARGETS, precisions=["int8", "int4"])
+    with pytest.raises(ConfigError, match="unknown memory placement 'disk'"):
+        compare(f"{MODELS}:tiny_cnn", targets=TARGETS, memory="disk")
     with pytest.raises(ConfigError, match="workers must be a positive"):
         sweep([f"{MODELS}:tiny_cnn"], TARGETS, workers=0)
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
@@ -250,3 +254,20 @@ def test_the_example_sweep_config_names_what_exists():
     assert config.precisions == ["int8", "int16"] and config.memory == ["auto"]
     for spec in config.models.values():
         check_source(spec)  # raises when a file or factory is missing
+
+
+def test_models_with_one_factory_name_are_told_apart(tmp_path):
+    from mcu_npu.grid.config import read_config
+    from mcu_npu.model_source import model_names
+
+    assert model_names(["a/kws.py:factory", "b/digits.py:factory", "mcu_npu.models:resnet8",
+                        "x.py:resnet8", "c/kws.py:factory"]) == [
+        "a/kws.py:factory", "digits:factory", "mcu_npu.models:resnet8", "x:resnet8",
+        "c/kws.py:factory"]
+    for name in ("kws.py", "digits.py"):
+        (tmp_path / name).write_text("def factory():\n    pass\n")
+    config = tmp_path / "sweep.json"
+    config.write_text(json.dumps({"models": ["kws.py:factory", "digits.py:factory"],
+                                  "targets": ["corstone-300"]}))
+    assert read_config(config).models == {"kws:factory": f"{tmp_path / 'kws.py'}:factory",
+                                          "digits:factory": f"{tmp_path / 'digits.py'}:factory"}

@@ -33,6 +33,18 @@ def model_name(spec) -> str:
     return getattr(spec, "__name__", type(spec).__name__)
 
 
+def model_names(specs) -> list[str]:
+    """``model_name`` of each spec, made unique: two ``factory`` functions of different files
+    are told apart by their file's stem (``kws:factory``), else by the whole spec."""
+    names = [model_name(s) for s in specs]
+    shared = {n for n in names if names.count(n) > 1}
+    for i, (spec, name) in enumerate(zip(specs, names)):
+        if name in shared and isinstance(spec, str) and ":" in spec:
+            where, _, fn = spec.rpartition(":")
+            names[i] = f"{Path(where).stem if where.endswith('.py') else where}:{fn}"
+    return [n if names.count(n) == 1 else str(s) for s, n in zip(specs, names)]
+
+
 def load_model_spec(spec) -> tuple:
     """``spec`` (see the module's docstring) -> ``(model, example inputs as a tuple,
     calibration or None)``; ConfigError naming the spec when it cannot be read or its

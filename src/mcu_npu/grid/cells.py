@@ -34,10 +34,6 @@ class Cell:
     name: str = ""
     """The model's name in the row (default: the factory's name)."""
 
-    def label(self) -> str:
-        return (f"{self.name or model_name(self.source)} on {self.target} "
-                f"({precision_label(self.precision)}, memory {self.memory})")
-
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
@@ -56,6 +52,9 @@ class Row:
     npu_compiler: str | None = None
     fits: bool | None = None
     latency_us: float | None = None
+    latency_is_bound: bool = False
+    """The NPU part of ``latency_us`` is a lower bound (MACs at the NPU's peak: the NPU
+    compiler gives no cycle count), not an estimate."""
     npu_us: float | None = None
     cpu_us: float | None = None
     npu_share: float | None = None
@@ -138,10 +137,12 @@ def _compile_row(cell: Cell, asked: dict) -> Row:
                          **options)
     s = prog.report.summary
     samples = options.get("accuracy_samples") or calibration or [inputs]
-    agreement, counted = top1_agreement(prog, model, inputs, samples[:TOP1_SAMPLES])
+    float_model = prog.float_model if prog.float_model is not None else model  # a .pt2's too
+    agreement, counted = top1_agreement(prog, float_model, inputs, samples[:TOP1_SAMPLES])
     latency, npu = s.get("latency_us"), s.get("npu_us")
     return Row(**asked, npu_compiler=s.get("npu_compiler"), fits=s.get("memory_fits"),
                latency_us=latency, npu_us=npu, cpu_us=s.get("cpu_us"),
+               latency_is_bound=bool(prog.report.latency.get("npu_is_bound")),
                npu_share=round(npu / latency, 4) if latency and npu is not None else None,
                ops_on_npu=s["ops_on_npu"], ops_total=s["ops_total"],
                partitions=s["partitions"], flash_bytes=s.get("flash_bytes"),

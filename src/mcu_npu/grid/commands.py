@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..targets import MEMORY_CHOICES
+
 
 def add_commands(sub) -> None:
     """Add ``compare`` and ``sweep`` to the ``mcu-npu`` parser's subcommands."""
@@ -21,7 +23,7 @@ def add_commands(sub) -> None:
     c.add_argument("--calibration", help=".npz with one [N, *shape] array per model input")
     c.add_argument("--precision", default="int8", choices=("int8", "int16", "auto"),
                    help="activation precision of every compile (default int8)")
-    c.add_argument("--memory", default="auto", metavar="{auto,flash,sram,dedicated-sram}",
+    c.add_argument("--memory", default="auto", choices=MEMORY_CHOICES,
                    help="where each program lives (default auto: the fastest that fits)")
     c.add_argument("--npu-compiler", default="auto",
                    choices=("auto", "reference", "neutron", "vela"),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, first_line
+from ..model_source import model_names
 from ..targets import MEMORY_CHOICES, get_target
 
 PRECISIONS = ("int8", "int16", "auto")
@@ -50,26 +51,35 @@ def read_config(path: str | Path) -> SweepConfig:
         if not data.get(key):
             raise ConfigError(f"sweep config {path}: '{key}' is missing or empty")
     models = data["models"]
-    if isinstance(models, list):
-        models = {_name(m): m for m in models}
+    if isinstance(models, list) and all(isinstance(m, str) for m in models):
+        models = dict(zip(model_names(models), models))
     if not isinstance(models, dict) or not all(isinstance(m, str) for m in models.values()):
         raise ConfigError(f"sweep config {path}: 'models' is a list of factories "
                           f"('file.py:factory' or 'module:factory') or a table name = factory")
     models = {name: _relative(spec, path.parent) for name, spec in models.items()}
     targets = [get_target(t).name for t in _strings(data, "targets", path)]
     precisions = data.get("precisions", ["int8"])
-    for p in precisions if isinstance(precisions, list) else [precisions]:
-        if not (p in PRECISIONS or isinstance(p, dict)):
-            raise ConfigError(f"sweep config {path}: unknown precision {p!r}; choose from "
-                              f"{', '.join(PRECISIONS)} or a table {{default, overrides}}")
+    precisions = precisions if isinstance(precisions, list) else [precisions]
     memory = _strings(data, "memory", path) if "memory" in data else ["auto"]
+    try:
+        check_axes(precisions, memory)
+    except ConfigError as exc:
+        raise ConfigError(f"sweep config {path}: {exc}") from None
+    options = {k: data[k] for k in ("npu_compiler", "io") if k in data}
+    return SweepConfig(models, targets, precisions, memory, options)
+
+
+def check_axes(precisions, memory) -> None:
+    """ConfigError for a precision or memory placement no compile takes, before any runs
+    (a dict or ``AutoPrecision`` precision is checked by the compile itself)."""
+    for p in precisions:
+        if not (p is None or p in PRECISIONS or not isinstance(p, str)):
+            raise ConfigError(f"unknown precision {p!r}; choose from {', '.join(PRECISIONS)} "
+                              f"or a table {{default, overrides}}")
     for m in memory:
         if m not in MEMORY_CHOICES:
-            raise ConfigError(f"sweep config {path}: unknown memory placement {m!r}; choose "
-                              f"from {', '.join(MEMORY_CHOICES)}")
-    options = {k: data[k] for k in ("npu_compiler", "io") if k in data}
-    return SweepConfig(models, targets, list(precisions) if isinstance(precisions, list)
-                       else [precisions], memory, options)
+            raise ConfigError(f"unknown memory placement {m!r}; choose from "
+                              f"{', '.join(MEMORY_CHOICES)}")
 
 
 def _parse(path: Path) -> dict:
@@ -100,10 +110,6 @@ def _strings(data: dict, key: str, path: Path) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"sweep config {path}: '{key}' is a list of names")
     return value
-
-
-def _name(spec) -> str:
-    return str(spec).rpartition(":")[2] if isinstance(spec, str) else str(spec)
 
 
 def _relative(spec: str, folder: Path) -> str:

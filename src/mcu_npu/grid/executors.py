@@ -117,7 +117,12 @@ def _on_ray(cells, address: str | None, workers: int | None) -> Iterator[tuple[i
                 p for p in sys.path if p)}}
         else:
             options["address"] = address
-        ray.init(**options)
+        try:
+            ray.init(**options)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = "a local Ray instance" if address in (None, "local") else \
+                f"the Ray cluster at {address!r}"
+            raise ConfigError(f"cannot start or reach {where}: {first_line(exc)}") from exc
     try:
         task = ray.remote(num_cpus=1)(run_cell)
         refs = {task.remote(c): i for i, c in enumerate(cells)}

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from ..errors import ConfigError
-from ..model_source import check_source, model_name
+from ..model_source import check_source, model_name, model_names
 from ..targets import get_target, targets as all_targets
 from .cells import Cell, Row
+from .config import check_axes
 from .executors import run_cells
 from .pareto import OBJECTIVES, pareto_front
-from .table import NUMERIC, format_table, table_cells
+from .table import BOUND_NOTE, NUMERIC, format_table, table_cells
 
 
 @dataclass
@@ -39,7 +40,8 @@ class Grid:
     def __str__(self) -> str:
         front = self.front
         ok = sum(r.ok for r in self.rows)
-        lines = [self.title, format_table(self.rows, front), "",
+        bound = [BOUND_NOTE] if any(r.latency_is_bound for r in self.rows) else []
+        lines = [self.title, format_table(self.rows, front), *bound, "",
                  f"{ok}/{len(self.rows)} compiled; * marks the Pareto front "
                  f"({_objectives_text(self.objectives)}, among the rows that fit):"]
         lines += [f"  {front_line(r)}" for r in front] or ["  (no row fits)"]
@@ -71,7 +73,7 @@ def grid_from_json(text: str | bytes) -> Grid:
 
 def front_line(r: Row) -> str:
     return (f"{r.model} on {r.target} ({r.precision}, memory {r.memory_placement}): "
-            f"{r.latency_us:,.1f} us, SQNR {r.sqnr_db:.2f} dB, RAM {r.ram_bytes / 1024:,.1f} "
+            f"{'>=' if r.latency_is_bound else ''}{r.latency_us:,.1f} us, SQNR {r.sqnr_db:.2f} dB, RAM {r.ram_bytes / 1024:,.1f} "
             f"KiB, flash {(r.flash_bytes or 0) / 1024:,.1f} KiB")
 
 
@@ -120,6 +122,7 @@ def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
         source, executor = _Given(model, example_inputs), "serial"
     precision = compile_kwargs.pop("precision", None)
     memory = compile_kwargs.pop("memory", "auto")
+    check_axes([precision], [memory])
     if calibration is not None:
         compile_kwargs["calibration"] = calibration
     cells = [Cell(source, t, precision, memory, compile_kwargs) for t in targets]
@@ -144,8 +147,10 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
     ``concurrent.futures.Executor``. ``progress``: a line on stderr per finished cell (None:
     when stderr is a terminal); ``on_row`` is called with each row as it comes.
     ``compile_kwargs`` go to every ``mcu_npu.compile``."""
-    named = models.items() if isinstance(models, Mapping) else \
-        [(None, m) for m in (models if isinstance(models, (list, tuple)) else [models])]
+    if not isinstance(models, (Mapping, list, tuple)):
+        models = [models]
+    named = list(models.items()) if isinstance(models, Mapping) else \
+        list(zip(model_names(models), models))
     for _, m in named:
         if not (isinstance(m, str) or callable(m)) or _is_module(m):
             raise ConfigError(f"sweep takes model factories ('file.py:factory', "
@@ -154,7 +159,8 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
         check_source(m)
     targets = check_targets(targets)
     precisions = list(precisions) or [None]
-    memory = list(memory) or ["auto"]
+    memory = [memory] if isinstance(memory, str) else list(memory) or ["auto"]
+    check_axes(precisions, memory)
     cells = [Cell(m, t, p, mem, compile_kwargs, name or "") for name, m in named
              for t in targets for p in precisions for mem in memory]
     title = (f"sweep: {len(named)} models x {len(targets)} targets x {len(precisions)} "

@@ -15,7 +15,8 @@ ASKED = (("model", "model"), ("target", "target"), ("precision", "precision"),
 
 FIGURES: tuple[tuple[str, object], ...] = (
     ("fits", lambda r: "-" if r.fits is None else ("yes" if r.fits else "NO")),
-    ("latency us", lambda r: _num(r.latency_us, "{:,.1f}")),
+    ("latency us", lambda r: (">=" if r.latency_is_bound else "")
+     + _num(r.latency_us, "{:,.1f}")),
     ("NPU time", lambda r: _num(r.npu_share, "{:.0%}")),
     ("ops on NPU", lambda r: f"{r.ops_on_npu}/{r.ops_total}"),
     ("parts", lambda r: str(r.partitions)),
@@ -50,6 +51,10 @@ def varying(rows: Sequence[Row]) -> tuple[list[tuple[str, str]], dict[str, str]]
         elif values:
             fixed[key] = values.pop()
     return shown, fixed
+
+
+BOUND_NOTE = (">= latency: the NPU part is a lower bound (MACs at the NPU's peak; its compiler "
+              "gives no cycle count)")
 
 
 def table_cells(rows: Sequence[Row]) -> tuple[dict[str, str], list[str], list[list[str]]]:

@@ -63,33 +63,49 @@ def _cards(rows, front, labels, objectives) -> str:
     return f'<div class="cards">{"".join(out)}</div>'
 
 
+SQNR_AXIS = ("sqnr_db", "SQNR against float, dB", 1.0, "ram_bytes", "RAM")
+RAM_AXIS = ("ram_bytes", "RAM, KiB", 1 / 1024, "flash_bytes", "flash")
+"""(row field, axis title, scale, marker-area field, its name) of the scatter's y axis."""
+
+
 def _scatter_section(rows, on_front, labels, objectives) -> str:
     points = [(r, f, lab) for r, f, lab in zip(rows, on_front, labels)
               if r.ok and isinstance(r.latency_us, (int, float)) and r.latency_us > 0
-              and isinstance(r.sqnr_db, (int, float)) and math.isfinite(r.sqnr_db)]
+              and isinstance(r.sqnr_db, (int, float)) and math.isfinite(r.sqnr_db)
+              and isinstance(r.ram_bytes, (int, float))]
     if not points:
         return ""
+    sqnrs = [r.sqnr_db for r, _, _ in points]
+    axis = SQNR_AXIS if max(sqnrs) - min(sqnrs) >= 0.5 else RAM_AXIS
     legend = ('<div class="legend">' + "".join(
         f'<span><span class="chip" style="background:{c};{s}"></span>{escape(t)}</span>'
         for c, s, t in ((FRONT, "", "on the Pareto front"), (FITS, "", "fits, dominated"),
                         ("#fff", f"border:2px solid {OVER}", "does not fit the memory")))
-        + "<span>marker area: RAM</span></div>")
-    return ("<section id=\"scatter\"><h2>Latency against accuracy</h2><p class=\"muted\">"
-            "Estimated latency (lower is better) against SQNR of the program's outputs "
-            "against the float model's (higher is better); hover a point for its figures."
-            "</p>" + legend + _scatter_svg(points) + "</section>")
+        + f"<span>marker area: {axis[4]}</span></div>")
+    if axis is SQNR_AXIS:
+        title, about = ("Latency against accuracy", "Estimated latency (lower is better) "
+                        "against the SQNR of the program's outputs against the float model's "
+                        "(higher is better)")
+    else:
+        title, about = ("Latency against RAM", f"Estimated latency against the RAM the "
+                        f"program needs (lower is better for both); the SQNR against the "
+                        f"float model is {min(sqnrs):.2f} to {max(sqnrs):.2f} dB on every row")
+    return (f"<section id=\"scatter\"><h2>{title}</h2><p class=\"muted\">{escape(about)}; "
+            "hover a point for its figures.</p>" + legend + _scatter_svg(points, axis)
+            + "</section>")
 
 
-def _scatter_svg(points, width=1000, height=440) -> str:
+def _scatter_svg(points, axis, width=1000, height=480) -> str:
+    key, y_title, y_scale, area_key, _ = axis
     left, right, top, bottom = 70, 230, 16, 48
     xs = [r.latency_us for r, _, _ in points]
-    ys = [r.sqnr_db for r, _, _ in points]
+    ys = [getattr(r, key) * y_scale for r, _, _ in points]
     log = max(xs) / min(xs) > 20
     fx = (lambda v: math.log10(v)) if log else (lambda v: v)
     x0, x1 = _span([fx(v) for v in xs], 0 if not log else None)
-    y0, y1 = _span(ys, None)
-    ram = [r.ram_bytes or 0 for r, _, _ in points]
-    big = max(ram) or 1
+    y0, y1 = _span(ys, None if key == "sqnr_db" else 0)
+    area = [getattr(r, area_key) or 0 for r, _, _ in points]
+    big = max(area) or 1
 
     def px(v):
         return left + (fx(v) - x0) / (x1 - x0) * (width - left - right)
@@ -105,57 +121,76 @@ def _scatter_svg(points, width=1000, height=440) -> str:
         value = 10 ** t if log else t
         out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{height - bottom}" '
                    f'stroke="#eef0f4"/><text x="{x:.1f}" y="{height - bottom + 16}" '
-                   f'font-size="11" text-anchor="middle">{value:,.0f}</text>')
+                   f'font-size="11" text-anchor="middle">{value:,.{0 if value >= 1 else 1}f}'
+                   f'</text>')
     for t in _ticks(y0, y1, False):
         y = py(t)
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" '
                    f'stroke="#eef0f4"/><text x="{left - 6}" y="{y + 4:.1f}" font-size="11" '
                    f'text-anchor="end">{t:g}</text>')
+    mid = (top + height - bottom) / 2
     out.append(f'<text x="{(left + width - right) / 2}" y="{height - 10}" font-size="12" '
                f'text-anchor="middle">latency, \u00b5s{" (log scale)" if log else ""}</text>'
-               f'<text x="16" y="{(top + height - bottom) / 2}" font-size="12" '
-               f'text-anchor="middle" transform="rotate(-90 16 {(top + height - bottom) / 2})">'
-               f'SQNR against float, dB</text>')
+               f'<text x="16" y="{mid}" font-size="12" text-anchor="middle" '
+               f'transform="rotate(-90 16 {mid})">{escape(y_title)}</text>')
     marks, names = [], {}
-    for (r, front, lab), b in sorted(zip(points, ram), key=lambda p: -p[1]):
+    for (r, front, lab), b, v in sorted(zip(points, area, ys), key=lambda p: -p[1]):
         radius = 4 + 10 * math.sqrt(b / big)
         fill, stroke = (FRONT if front else FITS, "#fff") if r.fits is not False \
             else ("#fff", OVER)
         tip = (f"{lab}: {fmt_us(r.latency_us)}, SQNR {r.sqnr_db:.2f} dB, RAM "
                f"{fmt_bytes(r.ram_bytes)}, flash {fmt_bytes(r.flash_bytes)}")
-        x, y = px(r.latency_us), py(r.sqnr_db)
+        x, y = px(r.latency_us), py(v)
         marks.append(f'<g><circle cx="{x:.1f}" cy="{y:.1f}" r="{radius:.1f}" fill="{fill}" '
                      f'fill-opacity="0.8" stroke="{stroke}" stroke-width="2"/>'
                      f'<title>{escape(tip)}</title></g>')
         spot = names.setdefault((round(x), round(y)), [x, y, radius, []])
         spot[2] = max(spot[2], radius)
         spot[3].append(lab)
-    out += marks + _point_labels(names.values())
+    out += marks + _point_labels(names.values(), [(x - r, y - r, x + r, y + r)
+                                                  for x, y, r, _ in names.values()],
+                                 (left, top, width, height - bottom))
     out.append("</svg>")
     return "".join(out)
 
 
-def _point_labels(spots) -> list[str]:
-    """One label per point (the names of rows drawn on the same spot joined), right of it,
-    moved down or up a line at a time until it overlaps no label placed before it."""
-    placed, out = [], []
+def _point_labels(spots, markers, area: tuple[float, float, float, float]) -> list[str]:
+    """One label per point (the names of rows drawn on the same spot joined), right or left
+    of it, moved down or up a line at a time, inside ``area`` (x0, y0, x1, y1), until
+    it overlaps no marker and no label placed before it (a leader line then joins it to its
+    point)."""
+    placed, out = list(markers), []
     for x, y, radius, names in sorted(spots, key=lambda s: (s[1], s[0])):
         text = clip(" / ".join(names), 60)
-        x0, w = x + radius + 3, 6.2 * len(text)
-        for dy in (0, 13, -13, 26, -26, 39, -39, 52, -52):
-            box = (x0, y + dy - 9, x0 + w, y + dy + 4)
-            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
-                       for b in placed):
-                break
-        placed.append(box)
-        out.append(f'<text x="{x0:.1f}" y="{y + dy + 4:.1f}" font-size="11">'
-                   f'{escape(text)}</text>')
+        w = 6.2 * len(text)
+        where = (0.0, x + radius + 3, "start")
+        for dy in (0, *(k * sign * 13 for k in range(1, 10) for sign in (1, -1))):
+            for x0, anchor in ((x + radius + 3, "start"), (x - radius - 3, "end")):
+                left = x0 if anchor == "start" else x0 - w
+                box = (left, y + dy - 9, left + w, y + dy + 4)
+                if area[0] <= box[0] and area[1] <= box[1] and box[2] <= area[2] and \
+                        box[3] <= area[3] and not any(
+                        box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+                        for b in placed):
+                    where = (dy, x0, anchor)
+                    break
+            else:
+                continue
+            break
+        dy, x0, anchor = where
+        left = x0 if anchor == "start" else x0 - w
+        placed.append((left, y + dy - 9, left + w, y + dy + 4))
+        if dy:  # a leader from the point to its moved label
+            out.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x0:.1f}" y2="{y + dy:.1f}" '
+                       f'stroke="#9ca3af" stroke-width="0.8"/>')
+        out.append(f'<text x="{x0:.1f}" y="{y + dy + 4:.1f}" font-size="11" '
+                   f'text-anchor="{anchor}">{escape(text)}</text>')
     return out
 
 
 def _span(values, floor) -> tuple[float, float]:
     lo, hi = min(values), max(values)
-    pad = (hi - lo) * 0.08 or abs(hi) * 0.1 or 1.0
+    pad = (hi - lo) * 0.12 or abs(hi) * 0.1 or 1.0
     lo = lo - pad if floor is None else max(floor, lo - pad)
     return lo, hi + pad
 
@@ -223,14 +258,17 @@ def _bars_section(rows, labels, width=1000, label_w=300, bar_h=12) -> str:
 
 def _table_section(rows, on_front, head, cells, numeric) -> str:
     asked = head.index("fits")
-    body = [c for r, c in zip(rows, cells) if r.ok]
+    fits = head.index("fits")
+    body = [[("html", '<span class="over">NO</span>') if i == fits and r.fits is False else v
+             for i, v in enumerate(c)] for r, c in zip(rows, cells) if r.ok]
     attrs = [' class="front"' if front else "" for r, front in zip(rows, on_front) if r.ok]
     failed = [c[:asked] + [c[asked][len("error: "):]] for r, c in zip(rows, cells)
               if not r.ok]
     out = ["<section id=\"rows\"><h2>Rows</h2><p class=\"muted\">Green edge: on the "
            "Pareto front. SQNR and ref dB: the program run on the host and the quantized "
            "reference against the float model; top-1: samples whose argmax matches the "
-           "float model's.</p>"]
+           "float model's; a latency marked &gt;= has a lower bound for its NPU part (MACs at "
+           "the NPU's peak: its compiler gives no cycle count).</p>"]
     if body:
         out.append(html_table(head, body, numeric=tuple(i for i, h in enumerate(head)
                                                         if h in numeric), row_attrs=attrs))
