@@ -175,11 +175,12 @@ def test_the_choice_is_deterministic(method):
 
 
 def _conv_model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.Hardtanh(-2, 2),
-        torch.nn.Conv2d(8, 4, 1), torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 10)).eval()
+    with torch.random.fork_rng():  # the other tests' random state stays as it was
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.Hardtanh(-2, 2),
+            torch.nn.Conv2d(8, 4, 1), torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 10)).eval()
 
 
 def _samples(n, seed):

@@ -305,7 +305,9 @@ def _ops_section(report) -> str:
         if o.node in us:
             time = ("html", f'<span title="{escape(us[o.node][1])}">{us[o.node][0]:,.2f}'
                             f"{'*' if 'peak' in us[o.node][1] else ''}</span>")
-        rows.append((i, o.layer or "(forward)", o.node, o.op, o.placement, o.precision,
+        calibrated = getattr(o, "calibration", "")
+        bits = f"{o.precision} ({calibrated})" if o.precision and calibrated else o.precision
+        rows.append((i, o.layer or "(forward)", o.node, o.op, o.placement, bits,
                      op_shapes(o), fmt_num(o.macs) if o.macs else "", time, o.reason,
                      ", ".join(o.inputs)))
         attrs.append(f' id="op-{i}" class="{escape(kernel)}"')

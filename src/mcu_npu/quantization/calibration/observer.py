@@ -12,13 +12,10 @@ import numpy as np
 import torch
 from torchao.quantization.pt2e.observer import MinMaxObserver
 
-from . import check_method, histogram, minmax, mse, percentile
-from .auto import choose_method
+from . import check_method
+from .auto import CANDIDATES, choose_method
 from .binned import Binned, range_errors
 from .measure import Measure
-
-_FIXED = {"minmax": minmax.choose, "histogram": histogram.choose,
-          "percentile": percentile.choose, "mse": mse.choose}
 
 
 class CalibrationObserver(MinMaxObserver):
@@ -59,7 +56,7 @@ class CalibrationObserver(MinMaxObserver):
             if self.method == "auto":
                 name, (lo, hi) = choose_method(self.binned, measure)
             else:
-                name, (lo, hi) = self.method, _FIXED[self.method](self.binned, measure)
+                name, (lo, hi) = self.method, CANDIDATES[self.method](self.binned, measure)
             if name == "minmax":  # MinMaxObserver's own parameters, bit for bit
                 qparams = super().calculate_qparams()
             else:
