@@ -158,6 +158,8 @@ def compile(
     progress: bool | None = None,
     train_fn: Callable[[torch.fx.GraphModule], None] | None = None,
     io: str = "float",
+    inputs=None,
+    outputs: str | None = None,
     deployable: bool = False,
     strict: bool = False,
     accuracy_samples=None,
@@ -179,6 +181,14 @@ def compile(
     output on the CPU; the report's ``io`` gives each one's scale and zero point, and
     ``run`` takes and returns int8 tensors (``quantize_inputs`` / ``dequantize_outputs``
     convert). ``io="float"`` (the default) keeps float inputs and outputs.
+
+    ``inputs`` declares inputs as the sensor gives them: an ``InputSpec(dtype=, layout=,
+    mean=, std=)`` (or a dict of those keys) for input 0, a list with one per input (None:
+    as the model takes it) or ``{index: spec}``. The program then takes the raw data (uint8
+    / int8 / int16 / float, channels first or last) and does the dtype change, layout and
+    ``(x - mean) / std`` on the NPU (``flow.front``); ``example_inputs`` and
+    ``calibration`` are given as the sensor gives them. ``outputs``: "int8" (the NPU's
+    int8, parameters in the report's ``io``) or "float"; None follows ``io``.
 
     A program that would not run on the board (payloads for the host only, from the
     reference NPU compiler; an operator no kernel library of the target provides) warns;
@@ -216,6 +226,9 @@ def compile(
         if isinstance(request, AutoPrecision) and etrecord is not None:
             raise ConfigError("etrecord= is not available with precision='auto': compile with "
                               "the precision the search chose (report.precision) to record it")
+        if isinstance(request, AutoPrecision) and (inputs is not None or outputs is not None):
+            raise ConfigError("inputs=/outputs= are not available with precision='auto' yet: "
+                              "compile with the precision the search chose (report.precision)")
         if isinstance(request, AutoPrecision):
             from .flow.auto_precision import search
 
@@ -229,7 +242,8 @@ def compile(
         with stage("compiling the model", show=False):
             return _compile(model, example_inputs, target, calibration, npu_compiler,
                             operators_not_to_delegate, train_fn, io, deployable, strict,
-                            accuracy_samples, request, memory=memory, etrecord=etrecord)
+                            accuracy_samples, request, memory=memory, etrecord=etrecord,
+                            inputs=inputs, outputs=outputs)
 
 
 def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:

@@ -13,10 +13,13 @@ from torch.fx import GraphModule
 
 from ..graph.module_names import module_meta, restore_module_meta
 from ..partition.plan import Plan
+from ..quantization.pinned_inputs import pinned
 from ..quantization.precision import PrecisionRequest
 from ..report import Report
 from .check import check_program
 from .export import export, in_eval_mode
+from .front import front, pinned_ranges
+from .int8_io import take_integer_inputs
 from .inputs import check_arguments
 from .lower import plan_edge
 from .memory import place
@@ -51,23 +54,26 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, train_fn: Callable | None, io,
                     deployable=False, strict=False, accuracy_samples=None,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
-                    stacklevel: int = 2, keep_edges: bool = False, plan=None) -> Compiled:
+                    stacklevel: int = 2, keep_edges: bool = False, plan=None, inputs=None,
+                    outputs=None) -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the
     ``Compiled.plan`` of a compile of the same model for the same target and options (the
     precision search's trials), used where it was made for the graph."""
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
-                           memory)
-    float_model = in_eval_mode(model)
+                           memory, inputs=inputs, outputs=outputs)
+    float_model = front(in_eval_mode(model), args.program_io, args.example_inputs)
     graph = rewrite(export(float_model, args.example_inputs, stacklevel + 1), args.target)
     names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
-    quantized = quantize_model(graph, args, precision, train_fn, plan)
+    with pinned(pinned_ranges(args.program_io)):
+        quantized = quantize_model(graph, args, precision, train_fn, plan)
     restore_module_meta(quantized.edge.exported_program().graph_module, names)
+    take_integer_inputs(quantized.edge, args.program_io)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
     before = copy.deepcopy(quantized.edge) if keep_edges else None
-    placed = place(quantized.edge, decided, args.target, args.memory, args.io, precision,
-                   quantized.choice)
+    placed = place(quantized.edge, decided, args.target, args.memory, args.program_io,
+                   precision, quantized.choice)
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
     check_program(buffer, host_data, report, placed.target, placed.decided, placed.edge,
                   deployable, strict, stacklevel + 1, placed.memory)

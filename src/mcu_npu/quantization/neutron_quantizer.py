@@ -13,6 +13,7 @@ from ..upstream.patches import (conv_bn_rewrites_where_they_match,
                                 observer_names_in_linear_time)
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
+from .pinned_inputs import pin_input_observers
 from .precision import PrecisionChoice, follows_input
 from .qspecs import QuantSpecs
 
@@ -145,6 +146,7 @@ def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> None:
             prepared(*sample)
     else:
         end_float64_calibration(prepared)
+    pin_input_observers(prepared)  # a declared integer input keeps the sensor's whole range
 
 
 _HOOK = "_mcu_npu_float64_hook"
