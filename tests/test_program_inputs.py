@@ -256,3 +256,23 @@ def test_cli_bad_declaration_is_one_line(tmp_path):
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert "mean has 2 values but the input has 3 channels" in lines[0]
     assert not out.exists()
+
+
+# --- the report: what the boundary costs, and the declaration that removes it ------------------
+@pytest.mark.slow
+def test_report_gives_the_boundary_cost_and_the_declaration_that_removes_it():
+    model = ImageNet().eval()
+    calibration = [(normalised(x, MEAN, STD),) for (x,) in pixels(8, seed=1)]
+    prog = mcu_npu.compile(model, calibration[0], target="imxrt700", calibration=calibration)
+    lat = prog.report.latency
+    rows = [r for r in lat["rows"] if r.get("boundary") == "input 0"]
+    assert "quantize" in {r["kind"] for r in rows}  # the float input, on the Cortex-M33
+    assert lat["boundary_us"]["input 0"] == pytest.approx(sum(r["us"] for r in rows), abs=1e-2)
+    text = str(prog.report)
+    assert "program boundary on the CPU (quantize, transpose)" in text
+    assert ('inputs={0: InputSpec(dtype="uint8", layout="channels_last", mean=..., std=...)} '
+            "(--input-dtype uint8 --input-layout channels_last)") in text
+    _, declared, *_ = _compile("uint8-hwc-image", "imxrt700")
+    assert "input 0" not in declared.report.latency["boundary_us"]
+    assert "InputSpec(" not in str(declared.report)
+    assert declared.report.latency["latency_us"] < lat["latency_us"]
