@@ -256,6 +256,10 @@ def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
 
         example = args[1]
         example = (example,) if isinstance(example, torch.Tensor) else tuple(example)
+        if c.program_io is not None:
+            from .flow.front import as_float
+
+            example = as_float(c.program_io, example)  # as the front takes them
         with torch.no_grad():
             expected = c.float_model(*example)
         write_etrecord(etrecord, *c.edges, example, expected)

@@ -48,6 +48,8 @@ class Compiled:
     """The placement the quantization was planned with (``partition.plan.Plan``; None when
     it was planned while quantizing), for another compile of the same model and target
     (``plan=``)."""
+    program_io: object = None
+    """The declared program I/O (``io_spec.ProgramIO``) ``float_model`` takes its inputs by."""
 
 
 def compile_program(model, example_inputs, target, calibration, npu_compiler,
@@ -81,4 +83,5 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                       args.samples, args.accuracy_samples)
     return Compiled(buffer, host_data, report, quantized.reference, float_model, program,
                     (before, placed.debug) if keep_edges else None,
-                    quantized.decided if isinstance(quantized.decided, Plan) else None)
+                    quantized.decided if isinstance(quantized.decided, Plan) else None,
+                    args.program_io)
