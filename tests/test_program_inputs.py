@@ -1,6 +1,6 @@
 """Program inputs as the sensor gives them (``compile(..., inputs=...)``, ``mcu-npu compile
 --input-dtype/--input-layout/--input-mean/--input-std``): a camera's uint8 HWC pixels and a
-front-end's int8 features go into the program as they are, the program gives the answers of
+front-end's int8 (or int16) features go into the program as they are, the program gives the answers of
 the float model fed the normalised channels-first data within the numerics contract, and no
 CPU op converts them at the program's input (the dtype change, the layout and the
 normalisation run on the NPU).
@@ -81,6 +81,13 @@ def features(n: int, seed: int) -> list[tuple[torch.Tensor]]:
              .to(torch.int8),) for _ in range(n)]
 
 
+def features16(n: int, seed: int) -> list[tuple[torch.Tensor]]:
+    """int16 (N, T, C) features, as a 16-bit front-end gives them."""
+    g = torch.Generator().manual_seed(seed)
+    return [((torch.randn(1, 24, 10, generator=g) * 3000).round().to(torch.int16),)
+            for _ in range(n)]
+
+
 def normalised(x: torch.Tensor, mean, std) -> torch.Tensor:
     """What the float model expects: channels first, ``(x - mean) / std`` in float64."""
     x = x.double().permute(0, x.dim() - 1, *range(1, x.dim() - 1))
@@ -96,6 +103,9 @@ CASES = {
     "int8-features": (FeatureNet, features, mcu_npu.InputSpec(
         dtype="int8", layout="channels_last", mean=FEATURE_MEAN, std=FEATURE_STD),
         FEATURE_MEAN, FEATURE_STD),
+    # 8 bits cannot hold 16: quantized with its calibrated range, converted on the NPU
+    "int16-features": (FeatureNet, features16, mcu_npu.InputSpec(
+        dtype="int16", layout="channels_last", std=(3000.0,)), (0.0,) * 10, (3000.0,) * 10),
 }
 
 
@@ -144,7 +154,7 @@ def test_no_cpu_op_converts_the_input(compiled):
     at_input = [r for r in rows if r["runs_on"] != "npu" and r["kind"] in BOUNDARY_KINDS
                 and "output" not in r["node"] and "dequantize" not in r["op"]]
     assert not at_input, at_input
-    record = prog.report.summary["io"]["inputs"][0]
+    record = prog.report.summary["io"]["inputs"][0]  # real = q: the sensor's numbers
     assert (record["dtype"], record["scale"], record["zero_point"]) == \
         (CASES[case][2].dtype, 1.0, 0)
 
