@@ -286,3 +286,23 @@ def test_report_gives_the_boundary_cost_and_the_declaration_that_removes_it():
     assert "input 0" not in declared.report.latency["boundary_us"]
     assert "InputSpec(" not in str(declared.report)
     assert declared.report.latency["latency_us"] < lat["latency_us"]
+
+
+class FloorFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return self.conv(torch.floor(x))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16"])
+def test_input_read_as_float_on_the_cpu_cannot_take_sensor_data(dtype):
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randint(0, 256, (1, 3, 8, 8), generator=g).to(getattr(torch, dtype)),)
+            for _ in range(2)]
+    with pytest.raises(mcu_npu.UnsupportedModelError,
+                       match=rf"input 0 \(\w+\) cannot take {dtype} data: aten.floor reads it"):
+        mcu_npu.compile(FloorFirst().eval(), data[0], target="corstone-300", calibration=data,
+                        inputs=mcu_npu.InputSpec(dtype=dtype))
