@@ -306,3 +306,46 @@ def test_input_read_as_float_on_the_cpu_cannot_take_sensor_data(dtype):
                        match=rf"input 0 \(\w+\) cannot take {dtype} data: aten.floor reads it"):
         mcu_npu.compile(FloorFirst().eval(), data[0], target="corstone-300", calibration=data,
                         inputs=mcu_npu.InputSpec(dtype=dtype))
+
+
+# --- a normalisation that folds exactly into the input's quantization -------------------------
+FOLDED = {  # one mean (an integer) and one std for all channels: real = (x - mean) / std
+    "uint8-over-255": (ImageNet, pixels, mcu_npu.InputSpec(
+        dtype="uint8", layout="channels_last", std=(255.0,)), 0.0, 255.0),
+    "uint8-centred": (ImageNet, pixels, mcu_npu.InputSpec(
+        dtype="uint8", layout="channels_last", mean=(128,), std=(64.0,)), 128.0, 64.0),
+    "int8-features": (FeatureNet, features, mcu_npu.InputSpec(
+        dtype="int8", layout="channels_last", mean=(3,), std=(32.0,)), 3.0, 32.0),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", FOLDED)
+def test_per_tensor_normalisation_folds_into_the_input_quantization(case, target):
+    net, data, spec, mean, std = FOLDED[case]
+    torch.manual_seed(0)
+    model = net().eval()
+    calibration, held_out = data(16, seed=1), data(8, seed=2)
+    prog = mcu_npu.compile(model, calibration[0], target=target, calibration=calibration,
+                           inputs=spec)
+    # no op normalises: the model's own convolutions only
+    convs = sum(isinstance(m, (nn.Conv1d, nn.Conv2d)) for m in model.modules())
+    assert [o.op for o in prog.report.ops].count("aten.convolution") == convs
+    # the program reads x as (x - mean) / std exactly: quantizing the normalised values with
+    # the reported parameters gives back the sensor's numbers
+    record = prog.report.summary["io"]["inputs"][0]
+    assert (record["dtype"], record["zero_point"]) == (spec.dtype, int(mean))
+    assert record["scale"] == pytest.approx(1 / std, rel=1e-6)
+    lo, hi = record["quant_min"], record["quant_max"]
+    every = torch.arange(lo, hi + 1).to(getattr(torch, spec.dtype))
+    assert torch.equal(prog.quantize_inputs((every.double() - mean) / std)[0], every)
+    with torch.no_grad():
+        want = torch.cat([model(normalised(x, (mean,), (std,))) for (x,) in held_out])
+        # the quantized reference takes what the front takes: here the normalised values
+        ref = torch.cat([prog.reference(((x.double() - mean) / std).float())[0]
+                         for (x,) in held_out])
+    got = torch.cat([prog.run(x)[0] for (x,) in held_out])
+    host, reference = sqnr_db(want, got), sqnr_db(want, ref)
+    assert reference > 25, reference
+    assert sqnr_holds(host, reference), (host, reference)

@@ -45,6 +45,28 @@ class InputSpec:
         return (self.dtype != "float" or self.layout != "channels_first"
                 or self.mean is not None or self.std is not None)
 
+    @property
+    def folds(self) -> bool:
+        """Whether the normalisation folds exactly into the input's quantization: a uint8 /
+        int8 input (one step per value) with one mean for all channels, an integer, and one
+        std. The quantized input then reads ``real = (x - mean) / std`` with scale ``1 /
+        std`` and zero point ``mean`` (- 128 for uint8's int8), and no op normalises."""
+        if self.dtype not in ("uint8", "int8") or (self.mean is None and self.std is None):
+            return False
+        mean = self.mean or (0.0,)
+        std = self.std or (1.0,)
+        return len(set(mean)) == 1 and len(set(std)) == 1 and float(mean[0]).is_integer() \
+            and RANGES[self.dtype][0] <= mean[0] <= RANGES[self.dtype][1]
+
+    def normalised_range(self) -> tuple[float, float]:
+        """The range the model sees: the dtype's, normalised when the spec ``folds``."""
+        lo, hi = RANGES[self.dtype]
+        if not self.folds:
+            return float(lo), float(hi)
+        mean, std = (self.mean or (0.0,))[0], (self.std or (1.0,))[0]
+        ends = sorted(((lo - mean) / std, (hi - mean) / std))
+        return ends[0], ends[1]
+
     def as_dict(self) -> dict:
         return {"dtype": self.dtype, "layout": self.layout,
                 "mean": list(self.mean) if self.mean is not None else None,

@@ -4,7 +4,10 @@ The wrapper takes each declared input as the sensor's numbers in float (pixel va
 255 for uint8, the features for int8 / int16) in the declared layout, moves a channels-last
 input to the model's channels-first order, and normalises ``(x - mean) / std`` per channel
 as a depthwise 1x1 convolution (weight ``1 / std``, bias ``-mean / std``; a 1-D one for
-``(N, C, T)`` features, a multiply-add below rank 3). Quantized, the permute becomes a layout
+``(N, C, T)`` features, a multiply-add below rank 3). Where one integer mean and one std
+hold for every channel of a uint8 / int8 input (``InputSpec.folds``), no op normalises:
+the front takes the normalised values, whose quantization (scale ``1 / std``, zero point
+``mean``) reads the raw numbers exactly. Quantized, the permute becomes a layout
 the NPU graph reads directly (no transpose) and the normalisation the NPU's first layer; the
 input's quantization is pinned to the sensor's range (``quantization.pinned_inputs``), so the
 program reads the raw numbers exactly and the firmware passes them as they are. Inputs not
@@ -28,7 +31,8 @@ class Front(nn.Module):
         self.specs = [io.spec(i) for i in range(len(ranks))]
         self.ranks = ranks
         for i, spec in enumerate(self.specs):
-            if spec is not None and (spec.mean is not None or spec.std is not None):
+            if spec is not None and (spec.mean is not None or spec.std is not None) \
+                    and not spec.folds:  # else the input's quantization normalises
                 weight, bias = affine(spec)
                 self.register_buffer(f"norm_weight_{i}", weight)
                 self.register_buffer(f"norm_bias_{i}", bias)
@@ -73,9 +77,18 @@ def front(model: nn.Module, io: ProgramIO, example_inputs: tuple) -> nn.Module:
 
 
 def as_float(io: ProgramIO, sample: tuple) -> tuple:
-    """A sample as the front takes it: declared inputs' numbers in float32."""
-    return tuple(x.to(torch.float32) if io.spec(i) is not None and io.spec(i).is_raw
-                 and not x.dtype.is_floating_point else x for i, x in enumerate(sample))
+    """A sample as the front takes it: declared inputs' numbers in float32, normalised
+    (in float64) where the normalisation folds into the quantization (``InputSpec.folds``)."""
+    out = []
+    for i, x in enumerate(sample):
+        spec = io.spec(i)
+        if spec is not None and spec.is_raw and not x.dtype.is_floating_point:
+            if spec.folds:
+                mean, std = (spec.mean or (0.0,))[0], (spec.std or (1.0,))[0]
+                x = (x.double() - mean) / std
+            x = x.to(torch.float32)
+        out.append(x)
+    return tuple(out)
 
 
 def declared_io(inputs, outputs, io: str, example_inputs: tuple, samples: list[tuple],
@@ -109,7 +122,5 @@ def pinned_ranges(program_io: ProgramIO) -> dict[int, tuple[float, float]]:
     """User input index -> the range its observers are pinned to: the uint8 and int8
     declared inputs' whole range (one quantization step per value); int16 ones keep their
     calibrated range (8 bits cannot hold 16 exactly)."""
-    from ..io_spec import RANGES
-
-    return {i: RANGES[s.dtype] for i, s in enumerate(program_io.inputs)
+    return {i: s.normalised_range() for i, s in enumerate(program_io.inputs)
             if s is not None and s.dtype in ("uint8", "int8")}

@@ -15,6 +15,7 @@ import torch
 from ..errors import ConfigError, stage
 from ..io_spec import ProgramIO
 from ..passes.edge import RemoveInputQuantize, RemoveOutputDequantize, TakeIntegerInput
+from ..passes.edge.take_integer_input import INPUT_QPARAMS
 
 
 def int8_io(edge, io) -> tuple:
@@ -40,12 +41,17 @@ def quantize_io(edge, program_io: ProgramIO = ProgramIO((), "int8", "int8")) -> 
         if program_io.outputs == "int8":
             outputs(program)
     records = [r.as_dict() for r in inputs.inputs]
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     for r, i in zip(records, range(count)):
-        declared = program_io.input_record(i)
-        if declared is not None and program_io.spec(i).dtype != "int8":
-            r.update(declared)
-        elif declared is not None:
-            r["declared"] = declared["declared"]
+        spec = program_io.spec(i)
+        if spec is None or not spec.is_raw:
+            continue
+        r["declared"] = spec.as_dict()
+        node = placeholders.get(program.graph_signature.user_inputs[i])
+        taken = node.meta.get(INPUT_QPARAMS) if node is not None else None
+        if taken is not None:  # uint8 / int16: how TakeIntegerInput reads the data
+            r.update(zip(("scale", "zero_point", "quant_min", "quant_max"), taken[:4]))
+            r["scale"], r["dtype"] = float(r["scale"]), spec.dtype
     mode = "int8" if program_io.mode == "int8" else "declared"
     return edge, {"mode": mode, "inputs": records,
                   "outputs": [r.as_dict() for r in outputs.outputs]}

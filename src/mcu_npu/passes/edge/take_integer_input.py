@@ -34,6 +34,21 @@ from mcu_npu.errors import UnsupportedModelError
 from mcu_npu.passes.edge._io import QUANTIZE, describe, dtype_name, op_key, qparams
 
 
+INPUT_QPARAMS = "mcu_npu_input_qparams"
+"""The placeholder's meta key holding (scale, zero point, min, max, dtype) of its data."""
+
+
+def input_qparams(quantize: tuple, dtype: torch.dtype) -> tuple:
+    """How the ``dtype`` data read: uint8 as the int8 quantize reads it with the zero point
+    128 higher (``q = u - 128``, a pure shift: exact), int16 as its numbers (scale 1, the
+    quantize a real requantize)."""
+    info = torch.iinfo(dtype)
+    scale, zero_point, qmin, qmax, qdtype = quantize
+    if dtype == torch.uint8 and qdtype == torch.int8 and (qmin, qmax) == (-128, 127):
+        return (scale, zero_point + 128, info.min, info.max, dtype)
+    return (1.0, 0, info.min, info.max, dtype)
+
+
 class TakeIntegerInput(ExportedProgramPassBase):
     """Make user input ``i`` a ``dtypes[i]`` placeholder read through a requantize."""
 
@@ -59,9 +74,10 @@ class TakeIntegerInput(ExportedProgramPassBase):
         dequantize = exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default
         for node, dtype in found:
             val = node.meta["val"]
-            info = torch.iinfo(dtype)
+            params = input_qparams(qparams(next(iter(node.users))), dtype)
             with graph.inserting_after(node):
-                d = graph.call_function(dequantize, (node, 1.0, 0, info.min, info.max, dtype))
+                d = graph.call_function(dequantize, (node, *params))
+            node.meta[INPUT_QPARAMS] = params
             for q in list(node.users):
                 if q is not d:
                     q.replace_input_with(node, d)
