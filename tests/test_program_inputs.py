@@ -1,9 +1,9 @@
 """Program inputs as the sensor gives them (``compile(..., inputs=...)``, ``mcu-npu compile
 --input-dtype/--input-layout/--input-mean/--input-std``): a camera's uint8 HWC pixels and a
-front-end's int8 (or int16) features go into the program as they are, the program gives the answers of
-the float model fed the normalised channels-first data within the numerics contract, and no
-CPU op converts them at the program's input (the dtype change, the layout and the
-normalisation run on the NPU).
+front-end's int8 (or int16) features go into the program as they are, the program gives the
+answers of the float model fed the normalised channels-first data within the numerics
+contract, and no CPU op converts them at the program's input (the dtype change, the layout
+and the normalisation run on the NPU, or the normalisation is the input's quantization).
 
 The expected answers are computed here, independently of the compiler: the model run in
 float on ``(x.permute(...) - mean) / std``. Host and ExecuTorch runtime agree bit for bit

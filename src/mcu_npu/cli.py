@@ -170,7 +170,6 @@ def input_arg(args) -> dict | None:
             except ValueError:
                 raise ConfigError(f"--input-{key} takes numbers separated by commas, not "
                                   f"{given[key]!r}") from None
-    given.setdefault("dtype", "float")
     return {k: v for k, v in given.items() if v is not None}
 
 
