@@ -102,7 +102,8 @@ def boundary_advice(report) -> str:
             f"{100 * declared[where] / total:.0f}% of the estimated latency. If the sensor "
             f"gives {dtype} {'pixels' if image else 'values'}, compile with "
             f"inputs={{{index}: {spec}}} ({flags}): the program takes them as they are and "
-            "the NPU converts them.")
+            "the NPU converts them (one integer mean and one std for all channels fold into "
+            "the input's quantization; per-channel ones are a depthwise 1x1 layer on the NPU).")
 
 
 def _npu_added(report) -> float:
