@@ -10,6 +10,7 @@ from .errors import (
     NpuCompilerError,
     UnsupportedModelError,
 )
+from .io_spec import InputSpec
 from .targets import get_target, targets
 from .upstream.noise import silence_noise
 
@@ -38,7 +39,7 @@ from .version import __version__  # noqa: E402,F401
 __all__ = [
     "compile", "load", "CompiledProgram", "Report", "AutoPrecision", "check_bundled",
     "compare", "sweep",
-    "targets", "get_target",
+    "targets", "get_target", "InputSpec",
     "McuNpuError", "ConfigError", "ConversionError", "InputError", "InvalidProgramError",
     "MemoryFitError", "NpuCompilerError", "UnsupportedModelError",
 ]

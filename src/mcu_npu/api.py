@@ -159,6 +159,8 @@ def compile(
     progress: bool | None = None,
     train_fn: Callable[[torch.fx.GraphModule], None] | None = None,
     io: str = "float",
+    inputs=None,
+    outputs: str | None = None,
     deployable: bool = False,
     strict: bool = False,
     accuracy_samples=None,
@@ -181,6 +183,14 @@ def compile(
     output on the CPU; the report's ``io`` gives each one's scale and zero point, and
     ``run`` takes and returns int8 tensors (``quantize_inputs`` / ``dequantize_outputs``
     convert). ``io="float"`` (the default) keeps float inputs and outputs.
+
+    ``inputs`` declares inputs as the sensor gives them: an ``InputSpec(dtype=, layout=,
+    mean=, std=)`` (or a dict of those keys) for input 0, a list with one per input (None:
+    as the model takes it) or ``{index: spec}``. The program then takes the raw data (uint8
+    / int8 / int16 / float, channels first or last) and does the dtype change, layout and
+    ``(x - mean) / std`` on the NPU (``flow.front``); ``example_inputs`` and
+    ``calibration`` are given as the sensor gives them. ``outputs``: "int8" (the NPU's
+    int8, parameters in the report's ``io``) or "float"; None follows ``io``.
 
     A program that would not run on the board (payloads for the host only, from the
     reference NPU compiler; an operator no kernel library of the target provides) warns;
@@ -228,6 +238,9 @@ def compile(
         if isinstance(request, AutoPrecision) and etrecord is not None:
             raise ConfigError("etrecord= is not available with precision='auto': compile with "
                               "the precision the search chose (report.precision) to record it")
+        if isinstance(request, AutoPrecision) and (inputs is not None or outputs is not None):
+            raise ConfigError("inputs=/outputs= are not available with precision='auto' yet: "
+                              "compile with the precision the search chose (report.precision)")
         if isinstance(request, AutoPrecision):
             from .flow.auto_precision import search
 
@@ -242,7 +255,8 @@ def compile(
             return _compile(model, example_inputs, target, calibration, npu_compiler,
                             operators_not_to_delegate, train_fn, io, deployable, strict,
                             accuracy_samples, request, memory=memory, etrecord=etrecord,
-                            calibration_method=calibration_method)
+                            calibration_method=calibration_method,
+                            inputs=inputs, outputs=outputs)
 
 
 def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
@@ -255,6 +269,10 @@ def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
 
         example = args[1]
         example = (example,) if isinstance(example, torch.Tensor) else tuple(example)
+        if c.program_io is not None:
+            from .flow.front import as_float
+
+            example = as_float(c.program_io, example)  # as the front takes them
         with torch.no_grad():
             expected = c.float_model(*example)
         write_etrecord(etrecord, *c.edges, example, expected)

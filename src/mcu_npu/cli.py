@@ -82,6 +82,24 @@ def _compile_outputs(args) -> list:
             args.c_header, bpte]
 
 
+def input_arg(args) -> dict | None:
+    """``compile``'s ``inputs`` from ``--input-dtype/-layout/-mean/-std`` (input 0), or None."""
+    from .errors import ConfigError
+
+    given = {"dtype": args.input_dtype, "layout": args.input_layout,
+             "mean": args.input_mean, "std": args.input_std}
+    if all(v is None for v in given.values()):
+        return None
+    for key in ("mean", "std"):
+        if given[key] is not None:
+            try:
+                given[key] = [float(v) for v in given[key].split(",")]
+            except ValueError:
+                raise ConfigError(f"--input-{key} takes numbers separated by commas, not "
+                                  f"{given[key]!r}") from None
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def cmd_compile(args) -> int:
     from .errors import ConfigError
     from .firmware.files import check_outputs
@@ -130,7 +148,8 @@ def cmd_compile(args) -> int:
                            deployable=args.require_deployable, strict=args.strict,
                            accuracy_samples=accuracy, precision=precision,
                            memory=args.memory, etrecord=args.etrecord,
-                           calibration_method=args.calibration_method)
+                           calibration_method=args.calibration_method,
+                           inputs=input_arg(args), outputs=args.outputs)
     from .firmware.companion import companion_path
 
     prog.save(args.output)
@@ -308,6 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="program inputs/outputs: float (default; quantized on the CPU) or int8 "
                         "(the NPU's tensors as they are; the report gives their scale and "
                         "zero point)")
+    c.add_argument("--input-dtype", metavar="{uint8,int8,int16,float}",
+                   help="the model's (first) input as the sensor gives it: its element type "
+                        "(compile(inputs=InputSpec(dtype=...)))")
+    c.add_argument("--input-layout", metavar="{channels_first,channels_last}",
+                   help="that input's layout, e.g. channels_last for HWC camera pixels")
+    c.add_argument("--input-mean", metavar="M1,M2,...",
+                   help="per-channel mean the model subtracts: (x - mean) / std")
+    c.add_argument("--input-std", metavar="S1,S2,...", help="per-channel std it divides by")
+    c.add_argument("--outputs", metavar="{float,int8}",
+                   help="program outputs: float (dequantized) or int8 (default: as --io)")
     c.add_argument("--memory", default="auto", metavar="{auto,flash,sram,dedicated-sram}",
                    help="where the program lives: auto (default: the fastest placement that "
                         "fits the target's memory map), flash (weights read in place), sram, "

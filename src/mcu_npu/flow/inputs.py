@@ -9,11 +9,13 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigError
+from ..io_spec import ProgramIO
 from ..npu import COMPILER_NAMES
 from ..partition.plan import PlanOptions
 from ..quantization.calibration import DEFAULT, check_method
 from ..report import check_io
 from ..targets import MEMORY_CHOICES, Target, get_target
+from .front import declared_io
 
 
 @dataclass(frozen=True)
@@ -31,12 +33,15 @@ class Arguments:
     accuracy_samples: list[tuple] | None
     memory: str = "auto"
     """Where the program lives: "auto" or one of the target's placements."""
+    program_io: ProgramIO = ProgramIO()
+    """The declared program I/O (``io_spec``); the samples above are as its front takes them."""
 
 
 def check_arguments(example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, io, accuracy_samples,
                     stacklevel: int = 2, memory: str = "auto", *,
-                    calibration_method: str = DEFAULT, qat: bool = False) -> Arguments:
+                    calibration_method: str = DEFAULT, qat: bool = False, inputs=None,
+                    outputs=None) -> Arguments:
     """The arguments as the stages take them, ConfigError for any the flow cannot use.
     Without calibration data the example inputs calibrate, with a warning that points where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
@@ -55,10 +60,12 @@ def check_arguments(example_inputs, target, calibration, npu_compiler,
         samples = check_calibration(calibration, example_inputs)
     if accuracy_samples is not None:
         accuracy_samples = check_calibration(accuracy_samples, example_inputs)
+    program_io, example_inputs, samples, accuracy_samples = declared_io(
+        inputs, outputs, io, example_inputs, samples, accuracy_samples)
     return Arguments(tgt, example_inputs, samples,
                      PlanOptions(tuple(operators_not_to_delegate), npu_compiler,
                                  calibration_method=calibration_method), io,
-                     accuracy_samples, memory)
+                     accuracy_samples, memory, program_io)
 
 
 QAT_METHODS = ("auto", "minmax")

@@ -79,7 +79,7 @@ class Lowered:
         return out
 
 
-def lower_placed(edge, decided: Plan, target: Target, io: str, precision, choice) -> Lowered:
+def lower_placed(edge, decided: Plan, target: Target, io, precision, choice) -> Lowered:
     """``edge`` lowered, given int8 I/O, reported and serialized for ``target`` (placed)."""
     facts = op_facts(edge)  # before lowering: the delegates keep only their interfaces
     edge, decided = lower(edge, replace(decided, target=target), target)
@@ -171,7 +171,7 @@ _AUTO_ORDER = ("sram", "flash", "dedicated-sram")
 """The placements ``auto`` compares, in the order it tries (and reports) them."""
 
 
-def place(edge, decided: Plan, target: Target, memory: str, io: str, precision,
+def place(edge, decided: Plan, target: Target, memory: str, io, precision,
           choice) -> Lowered:
     """The program lowered for ``memory`` ("auto" or one of the target's placements), the
     report's ``placement`` filled in."""

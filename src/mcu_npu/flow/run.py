@@ -13,10 +13,13 @@ from torch.fx import GraphModule
 
 from ..graph.module_names import module_meta, restore_module_meta
 from ..partition.plan import Plan
+from ..quantization.pinned_inputs import pinned
 from ..quantization.precision import PrecisionRequest
 from ..report import Report
 from .check import check_program
 from .export import export, in_eval_mode
+from .front import front, pinned_ranges
+from .int8_io import take_integer_inputs
 from .inputs import check_arguments
 from .lower import plan_edge
 from .memory import place
@@ -46,6 +49,8 @@ class Compiled:
     """The placement the quantization was planned with (``partition.plan.Plan``; None when
     it was planned while quantizing), for another compile of the same model and target
     (``plan=``)."""
+    program_io: object = None
+    """The declared program I/O (``io_spec.ProgramIO``) ``float_model`` takes its inputs by."""
 
 
 def compile_program(model, example_inputs, target, calibration, npu_compiler,
@@ -53,7 +58,8 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     deployable=False, strict=False, accuracy_samples=None,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
                     stacklevel: int = 2, keep_edges: bool = False, plan=None,
-                    calibration_method: str = "auto") -> Compiled:
+                    calibration_method: str = "auto", inputs=None,
+                    outputs=None) -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the
     ``Compiled.plan`` of a compile of the same model for the same target and options (the
@@ -61,16 +67,18 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
                            memory, calibration_method=calibration_method,
-                           qat=train_fn is not None)
-    float_model = in_eval_mode(model)
+                           qat=train_fn is not None, inputs=inputs, outputs=outputs)
+    float_model = front(in_eval_mode(model), args.program_io, args.example_inputs)
     graph = rewrite(export(float_model, args.example_inputs, stacklevel + 1), args.target)
     names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
-    quantized = quantize_model(graph, args, precision, train_fn, plan)
+    with pinned(pinned_ranges(args.program_io)):
+        quantized = quantize_model(graph, args, precision, train_fn, plan)
     restore_module_meta(quantized.edge.exported_program().graph_module, names)
+    take_integer_inputs(quantized.edge, args.program_io)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
     before = copy.deepcopy(quantized.edge) if keep_edges else None
-    placed = place(quantized.edge, decided, args.target, args.memory, args.io, precision,
-                   quantized.choice)
+    placed = place(quantized.edge, decided, args.target, args.memory, args.program_io,
+                   precision, quantized.choice)
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
     record_calibration(report, quantized.reference, "qat" if train_fn else calibration_method)
     check_program(buffer, host_data, report, placed.target, placed.decided, placed.edge,
@@ -79,4 +87,5 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                       args.samples, args.accuracy_samples)
     return Compiled(buffer, host_data, report, quantized.reference, float_model, program,
                     (before, placed.debug) if keep_edges else None,
-                    quantized.decided if isinstance(quantized.decided, Plan) else None)
+                    quantized.decided if isinstance(quantized.decided, Plan) else None,
+                    args.program_io)

@@ -62,14 +62,24 @@ def cluster_members(analysis: SupportAnalysis) -> set[Node]:
         src = node.args[0] if node.args else None
         if (node.target in QUANTIZE or node.target is operator.getitem) and src in members:
             members.add(node)
-    for node in nodes:  # a requantize between members (int16 <-> int8): a QUANTIZE op
+    # a requantize between members (int16 <-> int8), or of an integer program input to the
+    # NPU's int8 (``passes.edge.TakeIntegerInput``): a QUANTIZE op
+    for node in nodes:
         if node.op == "call_function" and node.target in DEQUANTIZE and node not in members \
-                and node.args and node.args[0] in members and node.users and \
+                and node.args and (node.args[0] in members or
+                                   _integer_input(node.args[0], analysis)) and node.users and \
                 all(u.target in QUANTIZE and u.users and all(d in members for d in u.users)
                     for u in node.users):
             members.add(node)
             members.update(node.users)
     return members
+
+
+def _integer_input(node, analysis: SupportAnalysis) -> bool:
+    """A program input (not a weight) holding integer data."""
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    return node.op == "placeholder" and not analysis.is_constant(node) and \
+        isinstance(val, torch.Tensor) and not val.dtype.is_floating_point
 
 
 _QDQ = set(QUANTIZE) | set(DEQUANTIZE) | set(DEQUANTIZE_PER_CHANNEL)

@@ -15,6 +15,7 @@ from .calibration import DEFAULT, check_method
 from .calibration.records import CALIBRATION_KEY, calibration_records
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
+from .pinned_inputs import pin_input_observers
 from .precision import PrecisionChoice, follows_input
 from .qspecs import QuantSpecs
 
@@ -155,6 +156,7 @@ def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> None:
             prepared(*sample)
     else:
         end_float64_calibration(prepared)
+    pin_input_observers(prepared)  # a declared integer input keeps the sensor's whole range
 
 
 _HOOK = "_mcu_npu_float64_hook"

@@ -338,6 +338,12 @@ class Report:
         bound = "; NPU part a lower bound" if lat.get("npu_is_bound") else ""
         lines = [f"latency {lat['latency_us']:,.1f} us = NPU {lat['npu_us']:,.1f} + "
                  f"CPU {lat['cpu_us']:,.1f} us (estimate{bound})"]
+        edges = {k: v for k, v in (lat.get("boundary_us") or {}).items() if k != "total"}
+        if edges and lat["latency_us"]:
+            total = lat["boundary_us"]["total"]
+            lines.append(f"  program boundary on the CPU (quantize, transpose): {total:,.1f} us, "
+                         f"{100 * total / lat['latency_us']:.0f}% of the latency (" + ", ".join(
+                             f"{k} {v:,.1f} us" for k, v in edges.items()) + ")")
         for r in sorted(lat.get("rows", []), key=lambda r: -r["us"])[:5]:
             lines.append(f"  {r['us']:>10,.1f} us  {r['runs_on']:<9} {r['kind']:<15} "
                          f"{r['node']}  [{r['basis']}]")

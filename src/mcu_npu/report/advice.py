@@ -39,7 +39,7 @@ def latency_advice(report) -> list[str]:
     rows = [r for r in lat.get("rows") or [] if isinstance(r, dict)]
     if not isinstance(total, (int, float)) or total <= 0 or not rows:
         return []
-    out = []
+    out = [line for line in [boundary_advice(report)] if line]
     cpu = [r for r in rows if r.get("runs_on") != "npu"]
     quant = sum(r["us"] for r in cpu if r.get("kind") in ("quantize", "dequantize"))
     moves = sum(r["us"] for r in cpu if r.get("kind") == "transpose")
@@ -71,6 +71,39 @@ def latency_advice(report) -> list[str]:
                    f"({len(ops)} op(s); the slowest {slow['node']}, {slow['us']:,.0f} \u00b5s): "
                    "the op table says why each is not on the NPU.")
     return out
+
+
+def boundary_advice(report) -> str:
+    """The ``inputs=`` declaration that would take the most CPU work off the program's
+    boundary: for the float input whose quantize / transpose costs the most (the latency
+    model's ``boundary_us``), "" when no float input pays any."""
+    lat = report.latency or {}
+    total, paid = lat.get("latency_us"), lat.get("boundary_us") or {}
+    declared = {k: v for k, v in paid.items() if k.startswith("input ") and v > 0}
+    if not declared or not isinstance(total, (int, float)) or total <= 0:
+        return ""
+    where = max(declared, key=declared.get)
+    index = int(where.split()[1])
+    inputs = (report.program_io or {}).get("inputs") or []
+    info = inputs[index] if index < len(inputs) else {}
+    if info.get("dtype") not in ("float32", "float"):
+        return ""
+    kinds = sorted({r["kind"] for r in lat.get("rows") or [] if r.get("boundary") == where})
+    shape = list(info.get("shape") or [])
+    image = len(shape) == 4 and shape[1] in (1, 3, 4)
+    # an image goes channels last (the NPU's order, so nothing is transposed anywhere)
+    layout = "channels_last" if image or (len(shape) >= 3 and "transpose" in kinds) \
+        else "channels_first"
+    dtype = "uint8" if image else "int8"
+    spec = f'InputSpec(dtype="{dtype}", layout="{layout}", mean=..., std=...)'
+    flags = f"--input-dtype {dtype} --input-layout {layout}"
+    return (f"input {index} ({info.get('name', '?')}) is float {'NCHW' if image else 'data'}: "
+            f"its {' and '.join(kinds)} on the CPU cost {declared[where]:,.0f} \u00b5s, "
+            f"{100 * declared[where] / total:.0f}% of the estimated latency. If the sensor "
+            f"gives {dtype} {'pixels' if image else 'values'}, compile with "
+            f"inputs={{{index}: {spec}}} ({flags}): the program takes them as they are and "
+            "the NPU converts them (one integer mean and one std for all channels fold into "
+            "the input's quantization; per-channel ones are a depthwise 1x1 layer on the NPU).")
 
 
 def _npu_added(report) -> float:

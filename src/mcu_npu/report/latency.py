@@ -48,12 +48,18 @@ def estimate_latency(program, target, report) -> dict:
     rows: list[dict] = []
     skipped: list[str] = []
     partition = 0
+    edges = boundary_edges(program)
     for node in program.graph.nodes:
         if node.op != "call_function":
             continue
         if "executorch_call_delegate" in str(node.target):
             info = report.partitions[partition] if partition < len(report.partitions) else None
-            rows += _delegate_rows(node, gm, info, partition, target, report, core, cpu_hz)
+            made = _delegate_rows(node, gm, info, partition, target, report, core, cpu_hz)
+            for r in made:
+                where = r.pop("_io", None)
+                if where is not None and where in edges:
+                    r["boundary"] = edges[where]
+            rows += made
             partition += 1
             continue
         work = op_work(node)
@@ -63,6 +69,9 @@ def estimate_latency(program, target, report) -> dict:
             skipped.append(node.name)
             continue
         rows.append(_cpu_row(node.name, _op_label(node), work, core, cpu_hz))
+        where = edges.get(node)
+        if where is not None and work.kind in BOUNDARY_WORK:
+            rows[-1]["boundary"] = where
         if node_id(node) is not None:
             rows[-1]["ident"] = node_id(node)  # the compute op it runs (report.ops)
     npu_us = sum((r["us"] for r in rows if r["runs_on"] == "npu"), 0.0)
@@ -82,10 +91,61 @@ def estimate_latency(program, target, report) -> dict:
         "method": _method(core, target),
         "rows": rows,
         "npu_ops": npu_op_times(report, target),
+        "boundary_us": boundary_us(rows),
     }
     if skipped:
         result["not_estimated"] = skipped
     return result
+
+
+BOUNDARY_WORK = ("quantize", "dequantize", "transpose")
+"""The CPU work that converts program inputs and outputs: what ``inputs=`` / ``outputs=``
+(``io_spec``) can take off the CPU."""
+
+
+def boundary_edges(program) -> dict:
+    """What touches the program's boundary -> ``"input i"`` / ``"output i"``: an op reading
+    user input ``i`` or making output ``i`` (a node), and a delegate call's argument or
+    result there (``(delegate node, "input"|"output", k)``)."""
+    graph = program.graph
+    names = list(program.graph_signature.user_inputs)
+    placeholders = {n: f"input {names.index(n.name)}" for n in graph.nodes
+                    if n.op == "placeholder" and n.name in names}
+    outs = graph.output_node().args[0]
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    made = {n: f"output {i}" for i, n in enumerate(outs) if hasattr(n, "op")}
+    edges: dict = {}
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        if "executorch_call_delegate" in str(node.target):
+            for k, a in enumerate(x for x in node.args[1:] if hasattr(x, "meta")):
+                at = placeholders.get(a) or edges.get(a)  # the input, or its quantize
+                if at is not None:
+                    edges[(node, "input", k)] = at
+            for u in node.users:  # getitem k, read by the output or its dequantize
+                k = u.args[1] if len(u.args) > 1 and isinstance(u.args[1], int) else 0
+                at = made.get(u) or next((made[v] for v in u.users if v in made), None)
+                if at is not None:
+                    edges[(node, "output", k)] = at
+            continue
+        read = [placeholders[a] for a in node.args if hasattr(a, "op") and a in placeholders]
+        if read:
+            edges[node] = read[0]
+        elif node in made:
+            edges[node] = made[node]
+    return edges
+
+
+def boundary_us(rows: list[dict]) -> dict:
+    """µs of CPU work converting the program's inputs and outputs, per ``"input i"`` /
+    ``"output i"`` and in total (``"total"``)."""
+    out: dict = {}
+    for r in rows:
+        if "boundary" in r:
+            out[r["boundary"]] = round(out.get(r["boundary"], 0.0) + r["us"], _DECIMALS)
+    out["total"] = round(sum(out.values()), _DECIMALS)
+    return out
 
 
 VELA_LAYER_BASIS = "Vela's per-layer cycles (estimate)"
@@ -181,6 +241,8 @@ def _delegate_rows(node, gm, info, k: int, target, report, core, cpu_hz) -> list
                 kind, op = moved
                 rows.append(_cpu_row(f"{name} {what} {i}", op,
                                      Work(kind, "cortex-m", "bytes", _nbytes(t)), core, cpu_hz))
+                if kind in BOUNDARY_WORK:
+                    rows[-1]["_io"] = (node, what, i)
     return rows
 
 

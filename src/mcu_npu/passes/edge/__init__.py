@@ -6,5 +6,7 @@ from mcu_npu.passes.edge._io import IOQuantization
 from mcu_npu.passes.edge.refresh_strides import RefreshStrides
 from mcu_npu.passes.edge.remove_input_quantize import RemoveInputQuantize
 from mcu_npu.passes.edge.remove_output_dequantize import RemoveOutputDequantize
+from mcu_npu.passes.edge.take_integer_input import TakeIntegerInput
 
-__all__ = ["IOQuantization", "RefreshStrides", "RemoveInputQuantize", "RemoveOutputDequantize"]
+__all__ = ["IOQuantization", "RefreshStrides", "RemoveInputQuantize", "RemoveOutputDequantize",
+           "TakeIntegerInput"]

@@ -35,8 +35,10 @@ from mcu_npu.passes.edge._io import (QUANTIZE, IOQuantization, as_is, describe, 
 class RemoveInputQuantize(ExportedProgramPassBase):
     """Drop the quantize of every float user input; the input takes its integer type."""
 
-    def __init__(self, dtype: torch.dtype = torch.int8):
+    def __init__(self, dtype: torch.dtype = torch.int8, indices=None):
         self.dtype = dtype
+        self.indices = None if indices is None else frozenset(indices)
+        """The user inputs to make integer (None: all); the others are recorded as they are."""
         self.inputs: list[IOQuantization] = []
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
@@ -45,7 +47,8 @@ class RemoveInputQuantize(ExportedProgramPassBase):
         records, rewrites = [], []
         for index, name in enumerate(exported_program.graph_signature.user_inputs):
             node = placeholders.get(name)
-            if node is None or not is_float(node) or not node.users:
+            if node is None or not is_float(node) or not node.users or \
+                    (self.indices is not None and index not in self.indices):
                 records.append(as_is(index, str(node.target if node else name), node))
                 continue
             params = self._check(f"input {index} ({node.target})", node)
