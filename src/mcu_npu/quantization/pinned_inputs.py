@@ -49,3 +49,5 @@ def pin_input_observers(prepared: GraphModule) -> None:
             if hasattr(observer, "min_val") and hasattr(observer, "max_val"):
                 observer.min_val = torch.tensor(float(lo), dtype=observer.min_val.dtype)
                 observer.max_val = torch.tensor(float(hi), dtype=observer.max_val.dtype)
+                if hasattr(observer, "pin_to_min_max"):  # a calibration method's observer
+                    observer.pin_to_min_max()

@@ -39,6 +39,12 @@ class CalibrationObserver(MinMaxObserver):
         self.binned.reset()
         self._chosen = None
 
+    def pin_to_min_max(self) -> None:
+        """Take the range set in ``min_val`` / ``max_val`` as it is (a pinned input's,
+        ``quantization.pinned_inputs``), whatever the method would choose."""
+        self.method = "minmax"
+        self._chosen = None
+
     def calculate_qparams(self):
         if self.binned.total == 0:
             return super().calculate_qparams()
