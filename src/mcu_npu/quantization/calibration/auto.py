@@ -13,8 +13,11 @@ from . import histogram, minmax, mse, percentile
 from .binned import Binned
 from .measure import Measure
 
-MARGIN_DB = 0.5
-"""How much lower (in dB of mean squared error) a candidate's error must be than MinMax's."""
+MARGIN_DB = 1.0
+"""How much lower (in dB of mean squared error) a candidate's error must be than MinMax's.
+At 0.5 dB the GRU keyword spotter of the tests (int8, 49 unrolled steps) moved 250 tensors
+off MinMax and its host run fell 1.17 dB behind its quantized reference on the calibration
+samples (the contract allows 1 dB); at 1 dB it holds."""
 
 CANDIDATES = {"minmax": minmax.choose, "histogram": histogram.choose,
               "percentile": percentile.choose, "mse": mse.choose}
