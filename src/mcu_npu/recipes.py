@@ -77,7 +77,7 @@ def neutron_recipe(
     npu_compiler: str = "auto",
     operators_not_to_delegate: Iterable[str] = (),
     cortex_m: bool = False,
-    calibration_method: str = "auto",
+    calibration_method: str = "minmax",
 ) -> ExportRecipe:
     """The Neutron recipe for ``target``; ``calibration_method`` as ``mcu_npu.compile``'s."""
     tgt = get_target(target)
