@@ -9,6 +9,7 @@ Run::
     PYTHONPATH=src python benchmarks/sweep.py                  # both parts
     PYTHONPATH=src python benchmarks/sweep.py --part compare --html compare.html
     PYTHONPATH=src python benchmarks/sweep.py --part sweep -j 2 --html sweep.html
+    PYTHONPATH=src python benchmarks/sweep.py --part sweep --ray local   # and on Ray
 
 Every model is calibrated on 8 standard-normal samples (seed 0); SQNR and top-1 agreement
 are the compile report's, over those samples. Wall times depend on the machine and on what
@@ -51,7 +52,8 @@ def run_compare(args) -> None:
 
     start = time.time()
     grid = mcu_npu.compare(functools.partial(calibrated, "mobilenet_v1_025"),
-                           targets=mcu_npu.targets(), workers=args.jobs, progress=True)
+                           targets=args.compare_targets or mcu_npu.targets(),
+                           workers=args.jobs, progress=True)
     print(grid)
     print(f"\n{len(grid.rows)} targets in {time.time() - start:.0f} s wall")
     _write(args.html, grid)
@@ -62,17 +64,23 @@ def run_sweep(args) -> None:
 
     models = {m: functools.partial(calibrated, m) for m in args.models}
     runs = {}
-    for label, workers in (("1 worker", 1), ("pool", args.jobs)):
+    executors = [("1 worker", "process", 1), ("pool", "process", args.jobs)]
+    if args.ray:
+        executors.append(("ray", "ray", None))
+    for label, executor, workers in executors:
         start = time.time()
-        grid = mcu_npu.sweep(models, args.targets, workers=workers, progress=True)
+        grid = mcu_npu.sweep(models, args.targets, executor=executor, workers=workers,
+                             ray_address=args.ray if executor == "ray" else None,
+                             progress=True)
         runs[label] = (grid, time.time() - start)
         print(f"== {label} ({workers or 'one per core'}): {len(grid.rows)} cells in "
               f"{runs[label][1]:.0f} s wall", flush=True)
     grid = runs["pool"][0]
     print(grid)
-    same = runs["1 worker"][0].rows == grid.rows
-    print(f"\nwall time: 1 worker {runs['1 worker'][1]:.0f} s, pool {runs['pool'][1]:.0f} s "
-          f"({os.cpu_count()} cores, shared with whatever else runs); rows identical: {same}")
+    same = all(run.rows == grid.rows for run, _ in runs.values())
+    times = ", ".join(f"{label} {seconds:.0f} s" for label, (_, seconds) in runs.items())
+    print(f"\nwall time: {times} ({os.cpu_count()} cores, shared with whatever else runs); "
+          f"rows identical: {same}")
     _write(args.html, grid)
 
 
@@ -87,10 +95,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=("compare", "sweep", "both"), default="both")
     ap.add_argument("--models", nargs="*", default=list(SWEEP_MODELS))
+    ap.add_argument("--compare-targets", nargs="*",
+                    help="the targets of the comparison (default: every preset)")
     ap.add_argument("--targets", nargs="*", default=list(SWEEP_TARGETS))
     ap.add_argument("-j", "--jobs", type=int, default=None,
                     help="worker processes of the pool (default: one per core)")
     ap.add_argument("--html", help="write the (last) grid's page here")
+    ap.add_argument("--ray", metavar="ADDRESS",
+                    help="also run the sweep as Ray tasks ('local': a Ray instance here)")
     args = ap.parse_args()
     if args.part in ("compare", "both"):
         run_compare(args)
