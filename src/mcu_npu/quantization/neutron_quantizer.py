@@ -13,6 +13,7 @@ from ..upstream.patches import (conv_bn_rewrites_where_they_match,
                                 observer_names_in_linear_time)
 from .calibration import DEFAULT, check_method
 from .calibration.records import CALIBRATION_KEY, calibration_records
+from .calibration.whole_model import CHECK_KEY, convert_checked
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
 from .pinned_inputs import pin_input_observers
@@ -117,7 +118,7 @@ def quantize(
     can match (``upstream.patches.conv_bn_rewrites_where_they_match``), and observers are
     named in linear time (``observer_names_in_linear_time``).
     """
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
     quantizer = quantizer or NeutronQuantizer()
     if not isinstance(model, GraphModule):
@@ -126,15 +127,26 @@ def quantize(
         )
     with conv_bn_rewrites_where_they_match(), observer_names_in_linear_time():
         prepared = prepare_pt2e(model, quantizer)
-        calibrate(prepared, calibration if calibration is not None else [tuple(example_inputs)])
-        records = calibration_records(prepared)
-        reference = convert_pt2e(prepared)
+        samples = list(calibration) if calibration is not None else [tuple(example_inputs)]
+        outputs = calibrate(prepared, samples)
+        reference, records, verdict = convert_checked(prepared, samples, outputs, _convert)
     reference.meta[CALIBRATION_KEY] = records
+    if verdict is not None:
+        reference.meta[CHECK_KEY] = verdict
     return reference
 
 
-def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> None:
-    """Run the calibration samples through the observers of ``prepared``, in float64.
+def _convert(prepared: GraphModule) -> tuple[GraphModule, dict]:
+    """The converted reference and the calibration records read before the observers go."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
+
+    records = calibration_records(prepared)
+    return convert_pt2e(prepared), records
+
+
+def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> list:
+    """Run the calibration samples through the observers of ``prepared``, in float64; the
+    float model's outputs on them are returned (auto's whole-model check reads them).
 
     In float32 the observed ranges hang on the order in which the host's kernels sum (oneDNN
     and ATen pick it by CPU), so scales, biases and the whole int8 program would differ
@@ -147,16 +159,16 @@ def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> None:
     try:
         with torch.no_grad():
             begin_float64_calibration(prepared)
-            for sample in counted(samples, "calibrating"):
-                prepared(*sample)
+            outputs = [prepared(*sample) for sample in counted(samples, "calibrating")]
     except (RuntimeError, TypeError, AssertionError):
         end_float64_calibration(prepared)
         _reset_observers(prepared)
-        for sample in samples:
-            prepared(*sample)
+        with torch.no_grad():
+            outputs = [prepared(*sample) for sample in samples]
     else:
         end_float64_calibration(prepared)
     pin_input_observers(prepared)  # a declared integer input keeps the sensor's whole range
+    return outputs
 
 
 _HOOK = "_mcu_npu_float64_hook"

@@ -14,11 +14,12 @@ SHOWN = 5
 
 
 def calibration_section(method: str, records: dict[str, dict],
-                        names: dict[str, str] | None = None) -> dict:
-    """``{"method", "counts": {method: tensors}, "tensors": [...]}``; each tensor row holds
-    ``node`` (the report's op producing it, by ``names``: ATen node id -> op node; else the
-    id, or the name of a program input), ``method``, ``bits`` and, where measured, ``mse``,
-    ``minmax_mse``, ``gain_db`` and ``range``."""
+                        names: dict[str, str] | None = None, check: dict | None = None) -> dict:
+    """``{"method", "counts": {method: tensors}, "tensors": [...]}``, plus ``check``: auto's
+    whole-model verdict (``quantization.calibration.whole_model``) where it ran. Each tensor
+    row holds ``node`` (the report's op producing it, by ``names``: ATen node id -> op node;
+    else the id, or the name of a program input), ``method``, ``bits`` and, where measured,
+    ``mse``, ``minmax_mse``, ``gain_db`` and ``range``."""
     counts: dict[str, int] = {}
     tensors = []
     for ident, record in records.items():
@@ -27,7 +28,10 @@ def calibration_section(method: str, records: dict[str, dict],
         if "mse" in record:
             row["gain_db"] = gain_db(record["mse"], record["minmax_mse"])
         tensors.append(row)
-    return {"method": method, "counts": dict(sorted(counts.items())), "tensors": tensors}
+    section = {"method": method, "counts": dict(sorted(counts.items())), "tensors": tensors}
+    if check:
+        section["check"] = dict(check)
+    return section
 
 
 def gain_db(error: float, minmax_error: float) -> float:
@@ -39,7 +43,10 @@ def gain_db(error: float, minmax_error: float) -> float:
 
 def calibration_summary(section: dict) -> dict:
     """What ``report.summary`` shows of the section: the method asked and the counts."""
-    return {"method": section.get("method"), "counts": dict(section.get("counts", {}))}
+    summary = {"method": section.get("method"), "counts": dict(section.get("counts", {}))}
+    if section.get("check"):
+        summary["kept"] = section["check"]["kept"]
+    return summary
 
 
 def calibration_lines(section: dict) -> list[str]:
@@ -50,6 +57,7 @@ def calibration_lines(section: dict) -> list[str]:
     total = sum(counts.values())
     parts = ", ".join(f"{n} {name}" for name, n in sorted(counts.items(), key=lambda c: -c[1]))
     lines = [f"calibration {section.get('method')}: {total} activation tensor(s): {parts}"]
+    lines += _check_lines(section.get("check"))
     moved = sorted((t for t in section.get("tensors", [])
                     if t.get("gain_db") and t["method"] != "minmax"),
                    key=lambda t: -t["gain_db"])
@@ -60,6 +68,18 @@ def calibration_lines(section: dict) -> list[str]:
     if len(moved) > SHOWN:
         lines.append(f"  and {len(moved) - SHOWN} more (report.calibration)")
     return lines
+
+
+def _check_lines(check: dict | None) -> list[str]:
+    """Auto's whole-model verdict: which ranges were kept and the SQNR each gave."""
+    if not check:
+        return []
+    figures = (f"output SQNR on {check['samples']} calibration sample(s) "
+               f"{check['auto_sqnr_db']:.2f} dB with auto's per-tensor ranges, "
+               f"{check['minmax_sqnr_db']:.2f} dB with MinMax's")
+    if check["kept"] == "auto":
+        return [f"  auto's ranges kept: {figures}"]
+    return [f"  auto's ranges turned down, MinMax everywhere: {figures}"]
 
 
 def _range(t: dict) -> str:

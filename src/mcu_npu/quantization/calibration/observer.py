@@ -41,7 +41,8 @@ class CalibrationObserver(MinMaxObserver):
 
     def pin_to_min_max(self) -> None:
         """Take the range set in ``min_val`` / ``max_val`` as it is (a pinned input's,
-        ``quantization.pinned_inputs``), whatever the method would choose."""
+        ``quantization.pinned_inputs``; an auto range the whole-model check turned down,
+        ``whole_model``), whatever the method would choose."""
         self.method = "minmax"
         self._chosen = None
 
