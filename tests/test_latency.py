@@ -197,3 +197,19 @@ def test_portable_float_ops_cost_scalar_cycles():
     permute = next(w for k, w in works.items() if "permute" in k)
     assert (permute.kind, permute.unit, permute.amount) == ("transpose", "bytes", 64 * 4)
     assert all(w is None for k, w in works.items() if "view" in k)
+
+
+def test_quantize_cost_is_within_the_stated_factor_of_the_published_kernel_cycles():
+    """Each published per-kernel figure (``KERNEL_FIGURES``) against the model's cost of the
+    same call on the same core: within ``KERNEL_FACTOR`` either way, labelled published."""
+    from mcu_npu.report.cpu_cycles import Work, work_cycles
+    from mcu_npu.report.published import KERNEL_FACTOR, KERNEL_FIGURES
+
+    assert KERNEL_FIGURES
+    for figure in KERNEL_FIGURES:
+        core = CORES[figure.core]
+        cycles, basis = work_cycles(Work(figure.kernel, "cortex-m", "elements",
+                                         figure.elements), core)
+        ratio = cycles / figure.cycles
+        assert 1 / KERNEL_FACTOR <= ratio <= KERNEL_FACTOR, (figure, cycles, ratio)
+        assert basis.endswith("(published)"), basis

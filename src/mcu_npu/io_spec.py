@@ -58,12 +58,37 @@ class InputSpec:
         return len(set(mean)) == 1 and len(set(std)) == 1 and float(mean[0]).is_integer() \
             and RANGES[self.dtype][0] <= mean[0] <= RANGES[self.dtype][1]
 
+    @property
+    def mean_folds(self) -> bool:
+        """Whether the mean alone folds into the input's quantization: a uint8 / int8 input
+        with one integer mean (or none) for all channels but a std per channel. The input's
+        quantization then reads ``x - mean`` (zero point ``mean``), and the per-channel
+        ``1 / std`` is a scaling, which a following convolution absorbs exactly whatever its
+        zero padding (``passes.aten.FoldInputNormalisation``)."""
+        if self.dtype not in ("uint8", "int8") or self.folds or self.std is None \
+                or len(set(self.std)) == 1:
+            return False
+        mean = self.mean or (0.0,)
+        return len(set(mean)) == 1 and float(mean[0]).is_integer() \
+            and RANGES[self.dtype][0] <= mean[0] <= RANGES[self.dtype][1]
+
+    def quantization_affine(self) -> tuple[float, float] | None:
+        """(mean, std) the input's quantization applies (``folds``: both; ``mean_folds``:
+        the mean, std 1), or None when it applies none."""
+        if self.folds:
+            return (self.mean or (0.0,))[0], (self.std or (1.0,))[0]
+        if self.mean_folds:
+            return (self.mean or (0.0,))[0], 1.0
+        return None
+
     def normalised_range(self) -> tuple[float, float]:
-        """The range the model sees: the dtype's, normalised when the spec ``folds``."""
+        """The range the model's front sees: the dtype's, with the ``quantization_affine``
+        applied."""
         lo, hi = RANGES[self.dtype]
-        if not self.folds:
+        affine = self.quantization_affine()
+        if affine is None:
             return float(lo), float(hi)
-        mean, std = (self.mean or (0.0,))[0], (self.std or (1.0,))[0]
+        mean, std = affine
         ends = sorted(((lo - mean) / std, (hi - mean) / std))
         return ends[0], ends[1]
 

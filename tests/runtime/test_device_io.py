@@ -148,7 +148,7 @@ def test_dropping_the_boundary_transpose_is_caught_on_the_host(monkeypatch):
     import mcu_npu.tflite.converter as converter
 
     monkeypatch.setattr(converter, "_boundary_layout",
-                        lambda ctx, node, shape, preferred: preferred)
+                        lambda ctx, node, shape, preferred, **_: preferred)
     prog = _compile("conv", "ethos-u55-128")
     with pytest.raises(AssertionError, match="copied as it lies"):
         assert_ethos_u_io_matches(prog.buffer)

@@ -7,7 +7,10 @@ as a depthwise 1x1 convolution (weight ``1 / std``, bias ``-mean / std``; a 1-D 
 ``(N, C, T)`` features, a multiply-add below rank 3). Where one integer mean and one std
 hold for every channel of a uint8 / int8 input (``InputSpec.folds``), no op normalises:
 the front takes the normalised values, whose quantization (scale ``1 / std``, zero point
-``mean``) reads the raw numbers exactly. Quantized, the permute becomes a layout
+``mean``) reads the raw numbers exactly. Where one integer mean holds but the std differs
+per channel (``InputSpec.mean_folds``), the quantization takes the mean and the 1x1 layer
+only scales, which ``FoldInputNormalisation`` folds into the first convolution; so does a
+full normalisation before an unpadded convolution (``fold_normalisation``). Quantized, the permute becomes a layout
 the NPU graph reads directly (no transpose) and the normalisation the NPU's first layer; the
 input's quantization is pinned to the sensor's range (``quantization.pinned_inputs``), so the
 program reads the raw numbers exactly and the firmware passes them as they are. Inputs not
@@ -33,7 +36,8 @@ class Front(nn.Module):
         for i, spec in enumerate(self.specs):
             if spec is not None and (spec.mean is not None or spec.std is not None) \
                     and not spec.folds:  # else the input's quantization normalises
-                weight, bias = affine(spec)
+                weight, bias = affine(spec if not spec.mean_folds else
+                                      InputSpec(dtype=spec.dtype, std=spec.std))
                 self.register_buffer(f"norm_weight_{i}", weight)
                 self.register_buffer(f"norm_bias_{i}", bias)
 
@@ -77,14 +81,15 @@ def front(model: nn.Module, io: ProgramIO, example_inputs: tuple) -> nn.Module:
 
 
 def as_float(io: ProgramIO, sample: tuple) -> tuple:
-    """A sample as the front takes it: declared inputs' numbers in float32, normalised
-    (in float64) where the normalisation folds into the quantization (``InputSpec.folds``)."""
+    """A sample as the front takes it: declared inputs' numbers in float32, with the
+    ``InputSpec.quantization_affine`` applied (in float64)."""
     out = []
     for i, x in enumerate(sample):
         spec = io.spec(i)
         if spec is not None and spec.is_raw and not x.dtype.is_floating_point:
-            if spec.folds:
-                mean, std = (spec.mean or (0.0,))[0], (spec.std or (1.0,))[0]
+            folded = spec.quantization_affine()
+            if folded is not None:
+                mean, std = folded
                 x = (x.double() - mean) / std
             x = x.to(torch.float32)
         out.append(x)
@@ -124,3 +129,13 @@ def pinned_ranges(program_io: ProgramIO) -> dict[int, tuple[float, float]]:
     calibrated range (8 bits cannot hold 16 exactly)."""
     return {i: s.normalised_range() for i, s in enumerate(program_io.inputs)
             if s is not None and s.dtype in ("uint8", "int8")}
+
+
+def fold_normalisation(graph, io: ProgramIO):
+    """The exported front ``graph`` with each declared input's 1x1 normalising layer folded
+    into the convolution reading it, where that is exact (``FoldInputNormalisation``)."""
+    if not io.declared:
+        return graph
+    from ..passes.aten import FoldInputNormalisation
+
+    return FoldInputNormalisation()(graph).graph_module

@@ -18,7 +18,7 @@ from ..quantization.precision import PrecisionRequest
 from ..report import Report
 from .check import check_program
 from .export import export, in_eval_mode
-from .front import front, pinned_ranges
+from .front import fold_normalisation, front, pinned_ranges
 from .int8_io import take_integer_inputs
 from .inputs import check_arguments
 from .lower import plan_edge
@@ -69,7 +69,8 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                            memory, calibration_method=calibration_method,
                            qat=train_fn is not None, inputs=inputs, outputs=outputs)
     float_model = front(in_eval_mode(model), args.program_io, args.example_inputs)
-    graph = rewrite(export(float_model, args.example_inputs, stacklevel + 1), args.target)
+    graph = rewrite(fold_normalisation(export(float_model, args.example_inputs, stacklevel + 1),
+                                       args.program_io), args.target)
     names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
     with pinned(pinned_ranges(args.program_io)):
         quantized = quantize_model(graph, args, precision, train_fn, plan)

@@ -103,7 +103,9 @@ def boundary_advice(report) -> str:
             f"gives {dtype} {'pixels' if image else 'values'}, compile with "
             f"inputs={{{index}: {spec}}} ({flags}): the program takes them as they are and "
             "the NPU converts them (one integer mean and one std for all channels fold into "
-            "the input's quantization; per-channel ones are a depthwise 1x1 layer on the NPU).")
+            "the input's quantization, a per-channel std into the first convolution; "
+            "per-channel means before a padded convolution are a depthwise 1x1 layer on the "
+            "NPU).")
 
 
 def _npu_added(report) -> float:

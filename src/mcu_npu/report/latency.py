@@ -314,14 +314,40 @@ def _weight_bytes(lowered) -> int:
     return total
 
 
+def _transpose_bytes(lowered) -> int:
+    """Bytes the partition's TRANSPOSE operators read and write (twice each tensor), from a
+    reference payload's graph; 0 for a vendor payload, whose graph is not at hand. A
+    transpose does no MACs, so only this traffic puts it in the bound."""
+    from ..device.payload import is_container, unpack_reference
+
+    processed = bytes(lowered.processed_bytes)
+    if not is_container(processed):
+        return 0
+    from ..tflite.builder import BUILTIN_NAMES, NUMPY_TYPES
+    from ..tflite.describe import load_model
+
+    model = load_model(unpack_reference(processed)[0].buffer)
+    graph, total = model.subgraphs[0], 0
+    for op in graph.operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        if code.customCode or BUILTIN_NAMES.get(code.builtinCode) != "TRANSPOSE":
+            continue
+        t = graph.tensors[op.inputs[0]]
+        total += 2 * math.prod(int(d) for d in t.shape) * NUMPY_TYPES[t.type].itemsize
+    return total
+
+
 def _npu_bound(lowered, k, target, report, inputs, outputs) -> tuple[float, int, str]:
     npu = target.npu
     macs = _partition_macs(report, k)
     per_cycle = NPU_BANDWIDTH.get(npu.kind, _DEFAULT_BANDWIDTH)[0]
-    moved = _weight_bytes(lowered) + sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs))
+    shuffled = _transpose_bytes(lowered)
+    moved = _weight_bytes(lowered) + sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)) \
+        + shuffled
     compute = macs / npu.macs_per_cycle
     memory = moved / per_cycle
     which = "MACs" if compute >= memory else "bytes"
+    transposes = f", {shuffled:,} of them transposed" if shuffled else ""
     basis = (f"bound ({which}): max({macs:,} MACs / {npu.macs_per_cycle} per cycle, "
-             f"{moved:,} B / {per_cycle} B per cycle)")
+             f"{moved:,} B{transposes} / {per_cycle} B per cycle)")
     return max(compute, memory), npu.clock_hz, basis

@@ -79,3 +79,37 @@ M85's: no MLPerf Tiny result names a Cortex-M55)."""
 
 TOLERANCE = 0.30
 """Largest relative error of the model against a reference figure that the tests accept."""
+
+
+@dataclass(frozen=True)
+class KernelFigure:
+    """One published cycle count of a single CPU kernel call, with its source."""
+
+    kernel: str
+    """The kernel class of ``cpu_cycles`` it measures ("quantize", ...)."""
+    op: str
+    core: str
+    board: str
+    elements: int
+    cycles: int
+    source: str
+
+    @property
+    def per_element(self) -> float:
+        return self.cycles / self.elements
+
+
+KERNEL_FIGURES: list[KernelFigure] = [
+    KernelFigure(
+        "quantize", "cortex_m::quantize_per_tensor.out (ExecuTorch's Cortex-M backend)",
+        "cortex-m55", "Alif Ensemble E8, high-performance Cortex-M55",
+        3 * 224 * 224, 1_365_831,
+        "github.com/pytorch/executorch/issues/17651, comment of 2026-03-03: ETDump cycles "
+        "of torchvision MobileNetV2 (float 1x3x224x224 input) on the Alif E8 HP core"),
+]
+"""Per-kernel figures found published. None was found for a transpose or a dequantize on
+these cores (nor CMSIS-DSP / CMSIS-NN tables giving them): those terms stay assumed."""
+
+KERNEL_FACTOR = 1.5
+"""Largest ratio between the cycle model's cost of a published kernel call and the
+published cycles (either way) that the tests accept."""

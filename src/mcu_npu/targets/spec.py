@@ -47,6 +47,29 @@ class NeutronLimits:
     max_pool_kernel_stride: int = 4096
     max_view_rank: int = 7
 
+    def takes_transpose(self, shape, perm) -> bool:
+        """Whether the Neutron converter runs a TRANSPOSE of a tensor of ``shape`` by
+        ``perm`` correctly: one that moves no data (a reshape), or batch 1 NCHW -> NHWC with
+        W, C and H * W multiples of ``num_macs``, or NHWC -> NCHW with C, H * W (so H * W * C)
+        multiples of it. The rule of NXP's ExecuTorch backend
+        (``backends/nxp/backend/neutron_operator_support.py``,
+        ``transposition_is_supported_on_neutron``): the NPU transposes two groups of axes as
+        a matrix, and gives wrong results outside these sizes."""
+        shape, perm = [int(d) for d in shape], [int(p) for p in perm]
+        moved = [p for p in perm if shape[p] != 1]
+        if moved == sorted(moved):
+            return True
+        if len(shape) != 4 or shape[0] != 1:
+            return False
+        m = self.num_macs
+        if perm == [0, 2, 3, 1]:  # NCHW -> NHWC
+            _, c, h, w = shape
+            return w % m == 0 and c % m == 0 and (h * w) % m == 0
+        if perm == [0, 3, 1, 2]:  # NHWC -> NCHW
+            _, h, w, c = shape
+            return c % m == 0 and (h * w) % m == 0
+        return False
+
 
 @dataclass(frozen=True, kw_only=True)
 class VelaConfig:

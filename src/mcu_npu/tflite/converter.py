@@ -18,6 +18,7 @@ from torch.fx import Node
 from ..device.delegate_io import choose_layout
 from ..errors import ConversionError, InvalidProgramError, first_line
 from ..device.tflite_model import IOSpec, TFLiteModel
+from ..targets import NpuKind
 from . import layout
 from .args import shape_of
 from .builder import ModelBuilder
@@ -116,22 +117,44 @@ def dim_order_of(node: Node) -> tuple[int, ...]:
     return tuple(int(d) for d in dim_order_from_stride(node.meta["val"].stride()))
 
 
-def _boundary_layout(ctx: Context, node: Node, shape, preferred) -> tuple[int, ...]:
-    """The layout the target's runtime hands the NPU for boundary tensor ``node``."""
+def _boundary_layout(ctx: Context, node: Node, shape, preferred, *,
+                     is_input: bool) -> tuple[int, ...]:
+    """The layout the target's runtime hands the NPU for boundary tensor ``node``: the one
+    the graph prefers when the runtime delivers it, except where that means the Neutron
+    runtime transposing on the CPU and the NPU can transpose instead (``_npu_transposes``)."""
     if ctx.target is None:
         return preferred
+    dim_order = dim_order_of(node)
     try:
-        return choose_layout(ctx.target.npu.kind, shape, dim_order_of(node), preferred,
-                             node.name)
+        perm = choose_layout(ctx.target.npu.kind, shape, dim_order, preferred, node.name)
     except InvalidProgramError as exc:
         raise ConversionError(str(exc)) from None
+    plain = layout.identity(len(shape))
+    if _npu_transposes(ctx, shape, dim_order, perm, preferred, is_input):
+        return plain
+    return perm
+
+
+def _npu_transposes(ctx: Context, shape, dim_order, perm, preferred, is_input: bool) -> bool:
+    """Whether a Neutron boundary tensor the runtime would transpose on the CPU (format flag
+    set, ``perm`` not the tensor's memory order) is better handed over as it lies, with a
+    TRANSPOSE in the graph: when the Neutron converter takes that TRANSPOSE
+    (``NeutronLimits.takes_transpose``). Ethos-U graphs transpose in any case (its runtime
+    only copies)."""
+    limits = ctx.target.npu.limits
+    plain = layout.identity(len(shape))
+    if ctx.target.npu.kind is not NpuKind.NEUTRON or limits is None \
+            or tuple(dim_order) != plain or layout.same_memory_order(shape, perm, plain):
+        return False
+    src, dst = (plain, tuple(preferred)) if is_input else (tuple(preferred), plain)
+    return limits.takes_transpose(layout.permute_shape(shape, src), layout.relative(src, dst))
 
 
 def _convert_input(ctx: Context, node: Node) -> IOSpec:
     shape = shape_of(node)
     preferred = layout.channels_last(len(shape)) if _prefers_channels_last(node) else \
         layout.identity(len(shape))
-    perm = _boundary_layout(ctx, node, shape, preferred)
+    perm = _boundary_layout(ctx, node, shape, preferred, is_input=True)
     is_float = node.meta["val"].dtype.is_floating_point
     readers = [u for u in node.users if _is(u, QUANTIZE if is_float else DEQUANTIZE)]
     if not readers or len(readers) != len(node.users):
@@ -153,7 +176,7 @@ def _convert_output(ctx: Context, arg, i: int) -> IOSpec:
     value = ctx.value(arg)
     if value.is_const or value.q is None:
         raise ConversionError(f"output {i} ({arg.name}) is not a quantized activation")
-    perm = _boundary_layout(ctx, arg, value.shape, value.perm)
+    perm = _boundary_layout(ctx, arg, value.shape, value.perm, is_input=False)
     return _io_spec(arg.name, value, _is(arg, DEQUANTIZE), ctx.tensor(value, perm), perm,
                     dim_order_of(arg))
 

@@ -27,6 +27,7 @@ from mcu_npu.passes.aten.decompose_scaled_dot_product_attention import (
 )
 from mcu_npu.passes.aten.decompose_unbind import DecomposeUnbind
 from mcu_npu.passes.aten.fold_constants import FoldConstants
+from mcu_npu.passes.aten.fold_input_normalisation import FoldInputNormalisation
 from mcu_npu.passes.aten.fold_linear_of_zeros import FoldLinearOfZeros
 from mcu_npu.passes.aten.fold_select_of_cat import FoldSelectOfCat
 from mcu_npu.passes.aten.inline_disabled_autocast import InlineDisabledAutocast
@@ -45,7 +46,8 @@ __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantI
            "DecomposeRoots",
            "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
            "DecomposeUnbind",
-           "FoldConstants", "FoldLinearOfZeros", "FoldSelectOfCat", "InlineDisabledAutocast",
+           "FoldConstants", "FoldInputNormalisation", "FoldLinearOfZeros", "FoldSelectOfCat",
+           "InlineDisabledAutocast",
            "LinearOfActivations", "MakeConvPaddingExplicit",
            "ProjSizeNotSupportedError", "SaturateAttentionMask", "SplitGRUByLayers",
            "StackByConcat", "decompose_on_cpu"]
