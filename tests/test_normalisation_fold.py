@@ -51,10 +51,12 @@ def test_one_integer_mean_with_per_channel_std_folds_its_mean_into_the_quantizat
 @pytest.mark.parametrize("case", list(CASES))
 def test_normalisation_folds_into_the_first_convolution_where_exact(case, target):
     net, mean, folds = CASES[case]
-    torch.manual_seed(1)
+    torch.manual_seed(0)
     model = net().eval()
     spec = InputSpec(dtype="uint8", layout="channels_last", mean=mean, std=STD)
-    calibration, held_out = pixels(16, seed=1), pixels(8, seed=2)
+    # 32 held-out images: the model gives 5 values per image, and the SQNR of fewer
+    # values swings with single-step output differences
+    calibration, held_out = pixels(16, seed=1), pixels(32, seed=2)
     prog = mcu_npu.compile(model, calibration[0], target=target, calibration=calibration,
                            inputs=spec, progress=False)
     convs = [o.op for o in prog.report.ops].count("aten.convolution")
