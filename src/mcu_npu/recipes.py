@@ -30,7 +30,8 @@ from .flow.rewrite import default_aten_passes
 from .partition import NeutronPartitioner
 from .quantization import NeutronQuantizer
 from .quantization.composed import TargetQuantizer
-from .quantization.neutron_quantizer import begin_float64_calibration, end_float64_calibration
+from .quantization.neutron_quantizer import (begin_float64_calibration,
+                                             end_float64_calibration, whole_model_check)
 from .targets import NpuKind, get_target
 
 BACKEND = "mcu_npu_neutron"
@@ -109,7 +110,8 @@ def neutron_recipe(
             calibration_inputs_fn=(lambda: samples) if samples is not None else None,
             # PTQ calibrates in float64, as compile() does, so ranges match on every host
             post_prepare_passes=None if is_qat else [begin_float64_calibration],
-            pre_convert_passes=None if is_qat else [end_float64_calibration]),
+            pre_convert_passes=None if is_qat else [
+                end_float64_calibration, whole_model_check]),
         lowering_recipe=LoweringRecipe(
             partitioners=[partitioner],
             edge_manager_transform_passes=[lambda manager: device_id_passes()],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Iterable
 
 import torch
@@ -13,7 +14,7 @@ from ..upstream.patches import (conv_bn_rewrites_where_they_match,
                                 observer_names_in_linear_time)
 from .calibration import DEFAULT, check_method
 from .calibration.records import CALIBRATION_KEY, calibration_records
-from .calibration.whole_model import CHECK_KEY, convert_checked
+from .calibration.whole_model import CHECK_KEY, auto_observers, convert_checked
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
 from .pinned_inputs import pin_input_observers
@@ -159,9 +160,12 @@ def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> list:
     try:
         with torch.no_grad():
             begin_float64_calibration(prepared)
-            outputs = [prepared(*sample) for sample in counted(samples, "calibrating")]
+            for sample in counted(samples, "calibrating"):
+                prepared(*sample)
+            outputs = [run[1] for run in calibration_runs(prepared, take=True)]
     except (RuntimeError, TypeError, AssertionError):
         end_float64_calibration(prepared)
+        calibration_runs(prepared, take=True)
         _reset_observers(prepared)
         with torch.no_grad():
             outputs = [prepared(*sample) for sample in samples]
@@ -171,30 +175,71 @@ def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> list:
     return outputs
 
 
-_HOOK = "_mcu_npu_float64_hook"
+_HOOK = "_mcu_npu_float64_hooks"
+_RUNS = "_mcu_npu_calibration_runs"
 
 
 def begin_float64_calibration(prepared: GraphModule) -> GraphModule:
     """``prepared`` (a ``prepare_pt2e`` result) computing in float64: parameters, buffers
-    and observers in float64, float32 inputs cast on entry. A post-prepare pass for
-    ExecuTorch's ``QuantizationRecipe``; ``end_float64_calibration`` undoes it."""
+    and observers in float64, float32 inputs cast on entry; each run's inputs and float
+    outputs are kept (``calibration_runs``). A post-prepare pass for ExecuTorch's
+    ``QuantizationRecipe``; ``end_float64_calibration`` undoes it."""
     to_float64(prepared)
     _retype_tensors_made(prepared, torch.float32, torch.float64)
     if getattr(prepared, _HOOK, None) is None:
-        handle = prepared.register_forward_pre_hook(
-            lambda module, args: tuple(_as_float64(x) for x in args))
-        object.__setattr__(prepared, _HOOK, handle)
+        runs = calibration_runs(prepared)
+
+        def cast(module, args):
+            runs.append([_detached(args)])
+            return tuple(_as_float64(x) for x in args)
+
+        handles = (prepared.register_forward_pre_hook(cast),
+                   prepared.register_forward_hook(
+                       lambda module, args, out: runs[-1].append(_detached(out))))
+        object.__setattr__(prepared, _HOOK, handles)
     return prepared
+
+
+def calibration_runs(prepared: GraphModule, *, take: bool = False) -> list:
+    """[inputs, float outputs] of each calibration run of ``prepared`` in float64;
+    ``take``: and forget them."""
+    if not hasattr(prepared, _RUNS):
+        object.__setattr__(prepared, _RUNS, [])
+    runs = getattr(prepared, _RUNS)
+    if take:
+        object.__delattr__(prepared, _RUNS)
+    return runs
+
+
+def _detached(value):
+    return torch.fx.node.map_aggregate(
+        value, lambda t: t.detach() if isinstance(t, torch.Tensor) else t)
 
 
 def end_float64_calibration(prepared: GraphModule) -> GraphModule:
     """Back to float32 after ``begin_float64_calibration`` (a pre-convert pass)."""
-    handle = getattr(prepared, _HOOK, None)
-    if handle is not None:
+    for handle in getattr(prepared, _HOOK, None) or ():
         handle.remove()
-        object.__setattr__(prepared, _HOOK, None)
+    object.__setattr__(prepared, _HOOK, None)
     _retype_tensors_made(prepared, torch.float64, torch.float32)
     return to_float32(prepared)
+
+
+def whole_model_check(prepared: GraphModule) -> GraphModule:
+    """A pre-convert pass (after ``end_float64_calibration``) for ExecuTorch's
+    ``QuantizationRecipe``: auto's whole-model check on the calibration runs
+    (``calibration.whole_model``). Where it turns auto's ranges down, the observers of
+    the graph take MinMax's, so the recipe converts what ``quantize`` converts."""
+    runs = [run for run in calibration_runs(prepared, take=True) if len(run) == 2]
+    if not auto_observers(prepared) or not runs:
+        return prepared
+    with conv_bn_rewrites_where_they_match(), observer_names_in_linear_time():
+        _, _, verdict = convert_checked(copy.deepcopy(prepared), [r[0] for r in runs],
+                                        [r[1] for r in runs], _convert)
+    if verdict["kept"] == "minmax":
+        for observer in auto_observers(prepared):
+            observer.pin_to_min_max()
+    return prepared
 
 
 _RETYPED = "mcu_npu_float64_dtype"
