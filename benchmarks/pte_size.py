@@ -57,7 +57,25 @@ for _p in (SRC, HERE):
 
 import torch  # noqa: E402
 
-from ethos_u import MLPERF, TARGETS, _load_job, build_model, calibration_set  # noqa: E402
+import tiny_models  # noqa: E402
+from ethos_u import MLPERF, TARGETS, build_model, calibration_set  # noqa: E402
+
+SETS = {"mlperf": tuple(MLPERF), "independent": tuple(tiny_models.MODELS)}
+SETS["both"] = SETS["mlperf"] + SETS["independent"]
+
+
+def build(name: str):
+    """(model, example_inputs) of a model of either set."""
+    if name in tiny_models.MODELS:
+        return tiny_models.MODELS[name]()
+    return build_model(name)
+
+
+def _load_job(path: str):
+    job = torch.load(path, weights_only=False)
+    model, _ = build(job["model"])
+    model.load_state_dict(job["state_dict"], strict=True)
+    return model.eval(), job["example_inputs"], job["calibration"]
 
 HOST_GRAPH_PREFIX, REPORT_KEY = "mcu_npu.host_graph.", "mcu_npu.report"
 
@@ -294,7 +312,10 @@ def main(argv=None) -> int:
     if argv[:1] == ["--worker"]:
         return worker_main(*argv[1:5])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(MLPERF), choices=MLPERF)
+    ap.add_argument("--set", default="mlperf", choices=sorted(SETS),
+                    help="model set: mlperf (mcu_npu.models), independent (tiny_models.py), both")
+    ap.add_argument("--models", nargs="+", default=None, choices=SETS["both"],
+                    help="models to compile (default: the whole --set)")
     ap.add_argument("--targets", nargs="+", default=list(TARGETS))
     ap.add_argument("--samples", type=int, default=16, help="calibration samples")
     ap.add_argument("--seed", type=int, default=2024, help="calibration data generator seed")
@@ -303,9 +324,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="pte_size_") as workdir:
-        for name in args.models:
+        for name in args.models or SETS[args.set]:
             try:
-                model, example = build_model(name)
+                model, example = build(name)
                 job = os.path.join(workdir, f"{name}.pt")
                 torch.save({"model": name, "state_dict": model.state_dict(),
                             "example_inputs": example,

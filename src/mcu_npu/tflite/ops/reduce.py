@@ -7,6 +7,12 @@ whose reduced axes lie elsewhere in memory (a channels-first input, e.g. a parti
 in PyTorch's NCHW order, the last axis of a 3-D tensor, or any axes of a batch of several)
 but are contiguous there runs as the MEAN over the width of a [1, outer, reduced, inner]
 view of the same bytes: reshapes only, no transpose.
+
+Vela makes a MEAN a depthwise convolution over the reduced window whose weights, all ones,
+take window x depth bytes of the payload (DS-CNN's global mean over 25x5x64: 8,000 bytes
+before encoding). For the Ethos-U (``NpuSpec.mean_as_column``) a mean over the leading axes
+of a tensor, e.g. the global pooling of a [1, H, W, C] map, runs as the MEAN over the height
+of the ``[1, H*W, C, 1]`` view: depth 1, so H*W bytes of weights.
 """
 
 from __future__ import annotations
@@ -24,6 +30,13 @@ from ._checks import static_shapes
 
 MAX_REDUCED_WIDTH = 64 * 64
 """Largest reduced width Vela's MEAN takes."""
+MAX_MEAN_HEIGHT = 64
+"""Rows one of the depthwise convolutions Vela makes of a MEAN reduces."""
+MAX_TENSOR_DIM = 65535
+"""Largest tensor dimension Vela takes (the column view's width holds all kept elements)."""
+MAX_COLUMN_CONVS = 4
+"""Most convolutions (each with an ADD after the first) a column mean may cost: beyond,
+their commands outweigh the weights the column view saves."""
 
 
 def _spatial(tshape, axes) -> bool:
@@ -43,6 +56,30 @@ def _as_width(tshape, axes) -> tuple[int, int, int] | None:
     if reduced > MAX_REDUCED_WIDTH:
         return None
     return math.prod(tshape[:axes[0]]), reduced, math.prod(tshape[axes[-1] + 1:])
+
+
+def _as_column(tshape, axes) -> tuple[int, int, int, int] | None:
+    """The ``[1, reduced, inner, 1]`` view in which the mean runs over the height, when the
+    reduced axes are contiguous and lead the tensor (only ones before them), channels follow
+    them, and Vela splits the height into at most ``MAX_COLUMN_CONVS`` convolutions."""
+    if axes != list(range(axes[0], axes[-1] + 1)) or math.prod(tshape[:axes[0]]) != 1:
+        return None
+    reduced, inner = math.prod(tshape[axes[0]:axes[-1] + 1]), math.prod(tshape[axes[-1] + 1:])
+    if not 1 < inner <= MAX_TENSOR_DIM or reduced > MAX_COLUMN_CONVS * MAX_MEAN_HEIGHT:
+        return None
+    return 1, reduced, inner, 1
+
+
+def _view(ctx: Context, tshape, axes) -> tuple[tuple[int, ...], int] | None:
+    """(4-D view of the same bytes, the one axis its MEAN reduces), or None to reduce
+    ``axes`` of the tensor itself: the column view where the target asks for it, else the
+    width view of reduced axes that are not spatial."""
+    if ctx.target is not None and ctx.target.npu.mean_as_column:
+        column = _as_column(tshape, axes)
+        if column is not None:
+            return column, 1
+    width = _as_width(tshape, axes)
+    return None if width is None else ((1, *width), 2)
 
 
 MAX_INT16_MEAN = 2**16
@@ -73,21 +110,21 @@ def convert_mean(ctx: Context, node: Node) -> None:
     src = ctx.tensor(x)
     tshape = list(ctx.builder.tensor(src).shape)
     opts = schema.ReducerOptionsT()
-    width = _as_width(tshape, axes)
-    if width is None:
+    found = _view(ctx, tshape, axes)
+    if found is None:
         opts.keepDims = bool(a.keepdim)
         ctx.op(OP.MEAN, [src, ctx.int32(axes)], [out.tensor], opts)
         return
-    outer, reduced, inner = width
-    q = dict(scale=x.q.scale, zero_point=x.q.zero_point)
-    view = ctx.builder.add_tensor(f"{node.name}/as_width", (1, outer, reduced, inner), x.dtype,
-                                  **q)
-    ctx.reshape_op(src, view, (1, outer, reduced, inner))
+    view, axis = found
+    kept = tuple(1 if i == axis else d for i, d in enumerate(view))
+    as_view = ctx.builder.add_tensor(f"{node.name}/as_view", view, x.dtype,
+                                     scale=x.q.scale, zero_point=x.q.zero_point)
+    ctx.reshape_op(src, as_view, view)
     out_shape = list(ctx.builder.tensor(out.tensor).shape)
-    mean = out.tensor if out_shape == [1, outer, 1, inner] else ctx.builder.add_tensor(
-        f"{node.name}/mean", (1, outer, 1, inner), out.q.dtype, scale=out.q.scale,
+    mean = out.tensor if out_shape == list(kept) else ctx.builder.add_tensor(
+        f"{node.name}/mean", kept, out.q.dtype, scale=out.q.scale,
         zero_point=out.q.zero_point)
     opts.keepDims = True
-    ctx.op(OP.MEAN, [view, ctx.int32([2])], [mean], opts)
+    ctx.op(OP.MEAN, [as_view, ctx.int32([axis])], [mean], opts)
     if mean != out.tensor:
         ctx.reshape_op(mean, out.tensor, out_shape)

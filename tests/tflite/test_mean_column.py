@@ -1,0 +1,119 @@
+"""A mean over the leading axes runs, for the Ethos-U, as the MEAN over the height of a
+``[1, reduced, channels, 1]`` view (``NpuSpec.mean_as_column``).
+
+Vela turns a MEAN into a depthwise convolution whose all-ones weights have kernel x depth
+bytes; in the column view the depth is 1. The checks: the converted graph reduces the view's
+height, LiteRT gives the same integers as the plain MEAN (and the quantized reference within
+one output step), Vela places it on the NPU of the U55 and the U85, and the weights it
+encodes into the payload the device reads shrink. Past Vela's four convolutions of 64 rows
+(256 reduced elements) the plain MEAN stays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from helpers import output_step, quantized_edge, run_tflite
+
+from mcu_npu.npu.ethosu_payload import blocks
+from mcu_npu.npu.vela import VelaCompiler
+from mcu_npu.npu.vela_support import vela_rejections
+from mcu_npu.targets import get_target
+from mcu_npu.tflite.converter import convert
+from mcu_npu.tflite.describe import describe
+from mcu_npu.tflite.ops.reduce import _as_column
+
+pytest.importorskip("ethosu.vela")
+U55, U85 = get_target("ethos-u55-128"), get_target("ethos-u85-256")
+
+
+class ConvMean(nn.Module):
+    """A conv (so the mean reads a channels-last NPU tensor), ReLU, then a mean."""
+
+    def __init__(self, dims, keepdim=False, channels=16):
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 3, padding=1)
+        self.dims, self.keepdim = dims, keepdim
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).mean(self.dims, keepdim=self.keepdim)
+
+
+# (id, mean dims, keepdim, input H x W, reduced elements, channels of the view)
+CASES = [
+    ("global_8x8", (2, 3), False, (8, 8), 64, 16),
+    ("global_keepdim_10x15", (2, 3), True, (10, 15), 150, 16),
+    ("global_16x16", (-1, -2), False, (16, 16), 256, 16),
+    ("height_only", (2,), True, (9, 4), 9, 64),
+]
+
+
+def _convert(name):
+    _, dims, keepdim, hw, _, _ = next(c for c in CASES if c[0] == name)
+    torch.manual_seed(0)
+    model = ConvMean(dims, keepdim).eval()
+    g = torch.Generator().manual_seed(1)
+    calibration = [(torch.randn(1, 3, *hw, generator=g),) for _ in range(8)]
+    reference, edge = quantized_edge(model, calibration[0], calibration)
+    program = edge.exported_program()
+    return calibration, reference, edge, convert(program), convert(program, U85)
+
+
+@pytest.fixture(scope="module")
+def converted():
+    return {c[0]: _convert(c[0]) for c in CASES}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_mean_reduces_the_height_of_a_column_view(converted, case):
+    name, _, _, _, reduced, channels = case
+    means = [ln for ln in describe(converted[name][4].buffer).splitlines()
+             if ln.startswith("MEAN(")]
+    assert len(means) == 1 and means[0].startswith(f"MEAN(int8[1, {reduced}, {channels}, 1] ")
+    assert f"-> int8[1, 1, {channels}, 1]" in means[0]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_column_mean_gives_the_plain_means_integers(converted, case):
+    samples, reference, edge, plain, column = converted[case[0]]
+    (step,) = output_step(edge)
+    for x in samples:
+        (want,), (got,) = run_tflite(plain, x), run_tflite(column, x)
+        np.testing.assert_array_equal(got, want)
+        diff = np.abs(got - reference(*x).detach().numpy()).max() / step
+        assert diff <= 1.0 + 1e-3, f"{diff:.2f} output steps off the quantized reference"
+
+
+@pytest.mark.parametrize("target", [U55, U85], ids=lambda t: t.name)
+@pytest.mark.parametrize("name", ["global_keepdim_10x15", "global_16x16"])
+def test_vela_runs_the_column_mean_with_fewer_weight_bytes(converted, name, target):
+    _, _, _, plain, column = converted[name]
+    assert vela_rejections(column, target) == {}
+
+    def weight_bytes(model):
+        payload = VelaCompiler().compile(model, target).payload
+        return sum(len(data) for block, _, data in blocks(payload) if block == "weight_data")
+
+    assert weight_bytes(column) < weight_bytes(plain)
+
+
+def test_column_view_bounds():
+    """Contiguous leading axes only, channels after them, at most 4 x 64 reduced rows."""
+    assert _as_column([1, 16, 16, 8], [1, 2]) == (1, 256, 8, 1)
+    assert _as_column([16, 16, 8], [0, 1]) == (1, 256, 8, 1)
+    assert _as_column([1, 257, 1, 8], [1, 2]) is None  # Vela would make five convolutions
+    assert _as_column([1, 4, 4, 8], [2]) is None  # rows before the reduced axis
+    assert _as_column([1, 4, 4, 8], [1, 3]) is None  # not contiguous
+    assert _as_column([1, 4, 4, 1], [1, 2]) is None  # already one channel: nothing to gain
+    assert _as_column([1, 2, 65536], [1]) is None  # a width Vela does not take
+
+
+def test_past_four_convolutions_the_plain_mean_stays():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    calibration = [(torch.randn(1, 3, 17, 16, generator=g),) for _ in range(2)]
+    _, edge = quantized_edge(ConvMean((2, 3)).eval(), calibration[0], calibration)
+    text = describe(convert(edge.exported_program(), U85).buffer)
+    assert "MEAN(int8[1, 17, 16, 16] " in text
