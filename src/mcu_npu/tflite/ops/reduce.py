@@ -10,9 +10,11 @@ view of the same bytes: reshapes only, no transpose.
 
 Vela makes a MEAN a depthwise convolution over the reduced window whose weights, all ones,
 take window x depth bytes of the payload (DS-CNN's global mean over 25x5x64: 8,000 bytes
-before encoding). For the Ethos-U (``NpuSpec.mean_as_column``) a mean over the leading axes
-of a tensor, e.g. the global pooling of a [1, H, W, C] map, runs as the MEAN over the height
-of the ``[1, H*W, C, 1]`` view: depth 1, so H*W bytes of weights.
+before encoding). For the Ethos-U (``NpuSpec.compact_means``) a mean over the height and / or
+width of a [1, H, W, C] tensor whose output keeps its input's quantization is an
+AVERAGE_POOL_2D (no weights; TFLite pools need equal quantization); another mean over the
+leading axes of a tensor runs as the MEAN over the height of the ``[1, reduced, C, 1]`` view
+of the same bytes: depth 1, so ``reduced`` bytes of weights.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ MAX_REDUCED_WIDTH = 64 * 64
 """Largest reduced width Vela's MEAN takes."""
 MAX_MEAN_HEIGHT = 64
 """Rows one of the depthwise convolutions Vela makes of a MEAN reduces."""
+MAX_POOL_HEIGHT, MAX_POOL_WINDOW = 256, 256 * 256
+"""Vela's VALID average pooling limits: window height, and height x width."""
 MAX_TENSOR_DIM = 65535
 """Largest tensor dimension Vela takes (the column view's width holds all kept elements)."""
 MAX_COLUMN_CONVS = 4
@@ -70,11 +74,45 @@ def _as_column(tshape, axes) -> tuple[int, int, int, int] | None:
     return 1, reduced, inner, 1
 
 
+def _compact(ctx: Context) -> bool:
+    return ctx.target is not None and ctx.target.npu.compact_means
+
+
+def _pool_window(tshape, axes) -> tuple[int, int] | None:
+    """The (height, width) window of an AVERAGE_POOL_2D taking the mean over ``axes`` of a
+    [1, H, W, C] tensor, when ``axes`` are among H and W and the window is one Vela pools
+    (VALID padding: height at most 256, height x width at most 65,536)."""
+    if len(tshape) != 4 or tshape[0] != 1 or not set(axes) <= {1, 2}:
+        return None
+    kh, kw = (tshape[1] if 1 in axes else 1), (tshape[2] if 2 in axes else 1)
+    if kh > MAX_POOL_HEIGHT or kh * kw > MAX_POOL_WINDOW:
+        return None
+    return kh, kw
+
+
+def _average_pool(ctx: Context, node: Node, src: int, out, window) -> None:
+    """The mean as a VALID AVERAGE_POOL_2D of stride 1 (one window per output element), then
+    a reshape to the output's shape where it has fewer axes."""
+    _, h, w, c = ctx.builder.tensor(src).shape
+    pooled_shape = [1, h - window[0] + 1, w - window[1] + 1, c]
+    out_shape = list(ctx.builder.tensor(out.tensor).shape)
+    pooled = out.tensor if out_shape == pooled_shape else ctx.builder.add_tensor(
+        f"{node.name}/pooled", pooled_shape, out.q.dtype, scale=out.q.scale,
+        zero_point=out.q.zero_point)
+    opts = schema.Pool2DOptionsT()
+    opts.padding = schema.Padding.VALID
+    opts.strideH = opts.strideW = 1
+    opts.filterHeight, opts.filterWidth = window
+    ctx.op(OP.AVERAGE_POOL_2D, [src], [pooled], opts)
+    if pooled != out.tensor:
+        ctx.reshape_op(pooled, out.tensor, out_shape)
+
+
 def _view(ctx: Context, tshape, axes) -> tuple[tuple[int, ...], int] | None:
     """(4-D view of the same bytes, the one axis its MEAN reduces), or None to reduce
     ``axes`` of the tensor itself: the column view where the target asks for it, else the
     width view of reduced axes that are not spatial."""
-    if ctx.target is not None and ctx.target.npu.mean_as_column:
+    if _compact(ctx):
         column = _as_column(tshape, axes)
         if column is not None:
             return column, 1
@@ -109,6 +147,11 @@ def convert_mean(ctx: Context, node: Node) -> None:
     axes = sorted(x.perm.index(d) for d in dims)
     src = ctx.tensor(x)
     tshape = list(ctx.builder.tensor(src).shape)
+    if _compact(ctx) and out.q.same_as(x.q):
+        window = _pool_window(tshape, axes)
+        if window is not None:
+            _average_pool(ctx, node, src, out, window)
+            return
     opts = schema.ReducerOptionsT()
     found = _view(ctx, tshape, axes)
     if found is None:

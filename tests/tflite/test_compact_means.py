@@ -1,12 +1,15 @@
-"""A mean over the leading axes runs, for the Ethos-U, as the MEAN over the height of a
-``[1, reduced, channels, 1]`` view (``NpuSpec.mean_as_column``).
+"""Means in the forms Vela encodes without a window of weights (``NpuSpec.compact_means``,
+the Ethos-U's): a spatial mean that keeps its input's quantization is an AVERAGE_POOL_2D;
+another mean over the leading axes is the MEAN over the height of a ``[1, reduced, channels,
+1]`` view.
 
 Vela turns a MEAN into a depthwise convolution whose all-ones weights have kernel x depth
-bytes; in the column view the depth is 1. The checks: the converted graph reduces the view's
-height, LiteRT gives the same integers as the plain MEAN (and the quantized reference within
-one output step), Vela places it on the NPU of the U55 and the U85, and the weights it
-encodes into the payload the device reads shrink. Past Vela's four convolutions of 64 rows
-(256 reduced elements) the plain MEAN stays.
+bytes; in the column view the depth is 1, a pool has none. The checks: the converted graph
+has the expected form, LiteRT gives the plain MEAN's integers (the column view: the same
+arithmetic) or stays within one output step of the quantized reference (the pool), Vela places
+it on the NPU of the U55 and the U85, and the weights it encodes into the payload the device
+reads shrink. Past Vela's four convolutions of 64 rows (256 reduced elements) the plain MEAN
+stays, as it does without the target.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from helpers import output_step, quantized_edge, run_tflite
 
 from mcu_npu.npu.ethosu_payload import blocks
@@ -23,7 +27,7 @@ from mcu_npu.npu.vela_support import vela_rejections
 from mcu_npu.targets import get_target
 from mcu_npu.tflite.converter import convert
 from mcu_npu.tflite.describe import describe
-from mcu_npu.tflite.ops.reduce import _as_column
+from mcu_npu.tflite.ops.reduce import _as_column, _pool_window
 
 pytest.importorskip("ethosu.vela")
 U55, U85 = get_target("ethos-u55-128"), get_target("ethos-u85-256")
@@ -38,7 +42,10 @@ class ConvMean(nn.Module):
         self.dims, self.keepdim = dims, keepdim
 
     def forward(self, x):
-        return torch.relu(self.conv(x)).mean(self.dims, keepdim=self.keepdim)
+        y = torch.relu(self.conv(x))
+        if self.dims == "adaptive":  # exported as a mean that shares its input's parameters
+            return torch.flatten(F.adaptive_avg_pool2d(y, 1), 1)
+        return y.mean(self.dims, keepdim=self.keepdim)
 
 
 # (id, mean dims, keepdim, input H x W, reduced elements, channels of the view)
@@ -48,10 +55,12 @@ CASES = [
     ("global_16x16", (-1, -2), False, (16, 16), 256, 16),
     ("height_only", (2,), True, (9, 4), 9, 64),
 ]
+POOLS = [("adaptive_8x8", "adaptive", False, (8, 8), 64, 16),
+         ("adaptive_25x5", "adaptive", False, (25, 5), 125, 16)]
 
 
 def _convert(name):
-    _, dims, keepdim, hw, _, _ = next(c for c in CASES if c[0] == name)
+    _, dims, keepdim, hw, _, _ = next(c for c in CASES + POOLS if c[0] == name)
     torch.manual_seed(0)
     model = ConvMean(dims, keepdim).eval()
     g = torch.Generator().manual_seed(1)
@@ -63,7 +72,7 @@ def _convert(name):
 
 @pytest.fixture(scope="module")
 def converted():
-    return {c[0]: _convert(c[0]) for c in CASES}
+    return {c[0]: _convert(c[0]) for c in CASES + POOLS}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -86,8 +95,24 @@ def test_column_mean_gives_the_plain_means_integers(converted, case):
         assert diff <= 1.0 + 1e-3, f"{diff:.2f} output steps off the quantized reference"
 
 
+@pytest.mark.parametrize("case", POOLS, ids=[c[0] for c in POOLS])
+def test_mean_keeping_its_parameters_is_an_average_pool(converted, case):
+    samples, reference, edge, plain, pool = converted[case[0]]
+    lines = describe(pool.buffer).splitlines()
+    assert not [ln for ln in lines if ln.startswith("MEAN(")]
+    (line,) = [ln for ln in lines if ln.startswith("AVERAGE_POOL_2D(")]
+    h, w = case[3]
+    assert line.startswith(f"AVERAGE_POOL_2D(int8[1, {h}, {w}, 16] ")
+    assert "-> int8[1, 1, 1, 16]" in line
+    (step,) = output_step(edge)
+    for x in samples:
+        (got,) = run_tflite(pool, x)
+        diff = np.abs(got - reference(*x).detach().numpy()).max() / step
+        assert diff <= 1.0 + 1e-3, f"{diff:.2f} output steps off the quantized reference"
+
+
 @pytest.mark.parametrize("target", [U55, U85], ids=lambda t: t.name)
-@pytest.mark.parametrize("name", ["global_keepdim_10x15", "global_16x16"])
+@pytest.mark.parametrize("name", ["global_keepdim_10x15", "global_16x16", "adaptive_25x5"])
 def test_vela_runs_the_column_mean_with_fewer_weight_bytes(converted, name, target):
     _, _, _, plain, column = converted[name]
     assert vela_rejections(column, target) == {}
@@ -108,6 +133,18 @@ def test_column_view_bounds():
     assert _as_column([1, 4, 4, 8], [1, 3]) is None  # not contiguous
     assert _as_column([1, 4, 4, 1], [1, 2]) is None  # already one channel: nothing to gain
     assert _as_column([1, 2, 65536], [1]) is None  # a width Vela does not take
+
+
+def test_pool_window_bounds():
+    """Height and / or width of a batch of one, within Vela's VALID average pooling."""
+    assert _pool_window([1, 25, 5, 64], [1, 2]) == (25, 5)
+    assert _pool_window([1, 9, 4, 8], [1]) == (9, 1)
+    assert _pool_window([1, 256, 256, 8], [1, 2]) == (256, 256)
+    assert _pool_window([1, 257, 1, 8], [1, 2]) is None  # taller than 256
+    assert _pool_window([1, 8, 8192, 8], [1, 2]) == (8, 8192)
+    assert _pool_window([1, 8, 8193, 8], [1, 2]) is None  # more than 65,536 elements
+    assert _pool_window([2, 8, 8, 8], [1, 2]) is None  # a batch of two
+    assert _pool_window([1, 8, 8, 8], [3]) is None  # channels
 
 
 def test_past_four_convolutions_the_plain_mean_stays():
