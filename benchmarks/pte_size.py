@@ -3,11 +3,13 @@
 Run::
 
     PYTHONPATH=src:benchmarks python benchmarks/pte_size.py               # 4 models x 2 targets
+    PYTHONPATH=src:benchmarks python benchmarks/pte_size.py --set both --samples 8
     PYTHONPATH=src:benchmarks python benchmarks/pte_size.py --models ds_cnn \\
         --targets ethos-u85-256 --samples 4 --json out.json
 
-Models: the four MLPerf Tiny models (``mcu_npu.models.mlperf_tiny``); targets
-``ethos-u55-128`` and ``ethos-u85-256``. Both flows get the same weights and the same
+Models (``--set``): ``mlperf``, the four MLPerf Tiny models of ``mcu_npu.models.mlperf_tiny``;
+``independent``, the same four written as a user would (``tiny_models.py``); ``both``.
+Targets ``ethos-u55-128`` and ``ethos-u85-256``. Both flows get the same weights and the same
 ``--samples`` calibration samples, the same Vela, and run each compile in a fresh process,
 one at a time (as ``ethos_u.py``, whose helpers this reuses):
 
@@ -32,7 +34,8 @@ header and program flatbuffer); all figures are bytes:
 A second table splits each side's payloads into Vela's ``cmd_data``, ``weight_data`` and the
 rest (block headers, I/O descriptors, padding), with the scratch, the planned buffers, the
 same split of upstream's file, the values of the method and the CPU kernels it calls. Then
-the named data of each file by key, and each side's Vela settings. This script prints only;
+the named data of each file by key, each side's Vela settings, and the ratio ours / upstream
+per model and target with the largest per set (above 1.00: ours is the larger). This script prints only;
 it asserts nothing, and every failure is printed and skipped.
 """
 
@@ -295,6 +298,7 @@ def print_tables(results: dict) -> None:
             if r.get("ok") and r["named_data"]:
                 print(f"  {name} {target} {who}: " + ", ".join(
                     f"{k}: {v:,}" for k, v in r["named_data"].items()))
+    print_ratios(results)
     print("\nVela settings")
     seen = set()
     for (_, target), pair in results.items():
@@ -302,6 +306,30 @@ def print_tables(results: dict) -> None:
             if r.get("ok") and (who, target) not in seen:
                 seen.add((who, target))
                 print(f"  {target} {who}: {r['vela']}")
+
+
+def print_ratios(results: dict) -> None:
+    """ours / upstream .pte bytes, one row per model, one column per target; the set's
+    largest ratio last."""
+    targets = list(dict.fromkeys(t for _, t in results))
+    fmt = "{:<17} {:<12}" + " {:>14}" * len(targets)
+    print("\nRATIO ours / upstream (.pte bytes)")
+    print(fmt.format("model", "set", *targets))
+    worst: dict = {}
+    for name in dict.fromkeys(n for n, _ in results):
+        group = next(k for k, v in SETS.items() if k != "both" and name in v)
+        cells = []
+        for t in targets:
+            o, u = results.get((name, t), ({}, {}))
+            x = o["bytes"] / u["bytes"] if o.get("ok") and u.get("ok") else None
+            if x is not None:
+                worst[(group, t)] = max(worst.get((group, t), 0.0), x)
+            cells.append("-" if x is None else f"{x:.3f}")
+        print(fmt.format(name, group, *cells))
+    for group in dict.fromkeys(g for g, _ in worst):
+        print(fmt.format("largest", group, *(f"{worst[(group, t)]:.3f}"
+                                             if (group, t) in worst else "-"
+                                             for t in targets)))
 
 
 # --------------------------------------------------------------------------- main
