@@ -48,21 +48,21 @@ class ConvMean(nn.Module):
         return y.mean(self.dims, keepdim=self.keepdim)
 
 
-# (id, mean dims, keepdim, input H x W, reduced elements, channels of the view)
+# (id, mean dims, keepdim, input H x W, reduced elements, channels of the view, conv channels)
 CASES = [
-    ("global_8x8", (2, 3), False, (8, 8), 64, 16),
-    ("global_keepdim_10x15", (2, 3), True, (10, 15), 150, 16),
-    ("global_16x16", (-1, -2), False, (16, 16), 256, 16),
-    ("height_only", (2,), True, (9, 4), 9, 64),
+    ("global_8x8", (2, 3), False, (8, 8), 64, 32, 32),
+    ("global_keepdim_10x15", (2, 3), True, (10, 15), 150, 32, 32),
+    ("global_16x16", (-1, -2), False, (16, 16), 256, 32, 32),
+    ("height_only", (2,), True, (20, 4), 20, 64, 16),
 ]
-POOLS = [("adaptive_8x8", "adaptive", False, (8, 8), 64, 16),
-         ("adaptive_25x5", "adaptive", False, (25, 5), 125, 16)]
+POOLS = [("adaptive_8x8", "adaptive", False, (8, 8), 64, 16, 16),
+         ("adaptive_25x5", "adaptive", False, (25, 5), 125, 16, 16)]
 
 
 def _convert(name):
-    _, dims, keepdim, hw, _, _ = next(c for c in CASES + POOLS if c[0] == name)
+    _, dims, keepdim, hw, _, _, channels = next(c for c in CASES + POOLS if c[0] == name)
     torch.manual_seed(0)
-    model = ConvMean(dims, keepdim).eval()
+    model = ConvMean(dims, keepdim, channels).eval()
     g = torch.Generator().manual_seed(1)
     calibration = [(torch.randn(1, 3, *hw, generator=g),) for _ in range(8)]
     reference, edge = quantized_edge(model, calibration[0], calibration)
@@ -77,7 +77,7 @@ def converted():
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_mean_reduces_the_height_of_a_column_view(converted, case):
-    name, _, _, _, reduced, channels = case
+    name, _, _, _, reduced, channels, _ = case
     means = [ln for ln in describe(converted[name][4].buffer).splitlines()
              if ln.startswith("MEAN(")]
     assert len(means) == 1 and means[0].startswith(f"MEAN(int8[1, {reduced}, {channels}, 1] ")
@@ -125,13 +125,17 @@ def test_vela_runs_the_column_mean_with_fewer_weight_bytes(converted, name, targ
 
 
 def test_column_view_bounds():
-    """Contiguous leading axes only, channels after them, at most 4 x 64 reduced rows."""
-    assert _as_column([1, 16, 16, 8], [1, 2]) == (1, 256, 8, 1)
-    assert _as_column([16, 16, 8], [0, 1]) == (1, 256, 8, 1)
-    assert _as_column([1, 257, 1, 8], [1, 2]) is None  # Vela would make five convolutions
+    """Contiguous leading axes only, at most 4 x 64 reduced rows, and at least 1 KiB of
+    weights saved per convolution Vela makes of the column."""
+    assert _as_column([1, 16, 16, 32], [1, 2]) == (1, 256, 32, 1)
+    assert _as_column([16, 16, 32], [0, 1]) == (1, 256, 32, 1)
+    assert _as_column([1, 64, 17], [1]) == (1, 64, 17, 1)  # 64 x 16 = 1,024 saved, 1 conv
+    assert _as_column([1, 64, 16], [1]) is None  # 960 saved
+    assert _as_column([1, 65, 17], [1]) is None  # 1,040 saved, 2 convs
+    assert _as_column([1, 16, 16, 16], [1, 2]) is None  # 3,840 saved, 4 convs
+    assert _as_column([1, 257, 1, 64], [1, 2]) is None  # Vela would make five convolutions
     assert _as_column([1, 4, 4, 8], [2]) is None  # rows before the reduced axis
     assert _as_column([1, 4, 4, 8], [1, 3]) is None  # not contiguous
-    assert _as_column([1, 4, 4, 1], [1, 2]) is None  # already one channel: nothing to gain
     assert _as_column([1, 2, 65536], [1]) is None  # a width Vela does not take
 
 
@@ -151,6 +155,6 @@ def test_past_four_convolutions_the_plain_mean_stays():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     calibration = [(torch.randn(1, 3, 17, 16, generator=g),) for _ in range(2)]
-    _, edge = quantized_edge(ConvMean((2, 3)).eval(), calibration[0], calibration)
+    _, edge = quantized_edge(ConvMean((2, 3), channels=32).eval(), calibration[0], calibration)
     text = describe(convert(edge.exported_program(), U85).buffer)
-    assert "MEAN(int8[1, 17, 16, 16] " in text
+    assert "MEAN(int8[1, 17, 16, 32] " in text

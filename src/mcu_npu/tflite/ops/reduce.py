@@ -39,8 +39,13 @@ MAX_POOL_HEIGHT, MAX_POOL_WINDOW = 256, 256 * 256
 MAX_TENSOR_DIM = 65535
 """Largest tensor dimension Vela takes (the column view's width holds all kept elements)."""
 MAX_COLUMN_CONVS = 4
-"""Most convolutions (each with an ADD after the first) a column mean may cost: beyond,
-their commands outweigh the weights the column view saves."""
+"""Most convolutions (each with an ADD after the first) a column mean may cost."""
+MIN_SAVED_PER_CONV = 1024
+"""Weight bytes (before encoding) the column view must save per convolution: each costs
+100-250 command bytes. Measured with Vela 5.2 on conv 1x1 + ReLU + mean, payload bytes
+column - plain on the U55-128 / U85-256: 64x25x5 -1,280 / -832; 32x12x12 -384 / -48;
+24x8x8 -96 / -176; 24x10x10 -192 / +32; 16x8x8 -64 / 0; 16x12x12 0 / +384 (2,160 bytes
+saved for 3 convolutions: left plain); 16x16x16 -352 / +96 (left plain)."""
 
 
 def _spatial(tshape, axes) -> bool:
@@ -64,12 +69,15 @@ def _as_width(tshape, axes) -> tuple[int, int, int] | None:
 
 def _as_column(tshape, axes) -> tuple[int, int, int, int] | None:
     """The ``[1, reduced, inner, 1]`` view in which the mean runs over the height, when the
-    reduced axes are contiguous and lead the tensor (only ones before them), channels follow
-    them, and Vela splits the height into at most ``MAX_COLUMN_CONVS`` convolutions."""
+    reduced axes are contiguous and lead the tensor (only ones before them), Vela splits the
+    height into at most ``MAX_COLUMN_CONVS`` convolutions, and the weights the view saves
+    (``reduced x (inner - 1)`` bytes before encoding) are worth them."""
     if axes != list(range(axes[0], axes[-1] + 1)) or math.prod(tshape[:axes[0]]) != 1:
         return None
     reduced, inner = math.prod(tshape[axes[0]:axes[-1] + 1]), math.prod(tshape[axes[-1] + 1:])
-    if not 1 < inner <= MAX_TENSOR_DIM or reduced > MAX_COLUMN_CONVS * MAX_MEAN_HEIGHT:
+    convs = -(-reduced // MAX_MEAN_HEIGHT)
+    if inner > MAX_TENSOR_DIM or convs > MAX_COLUMN_CONVS or \
+            reduced * (inner - 1) < MIN_SAVED_PER_CONV * convs:
         return None
     return 1, reduced, inner, 1
 
