@@ -35,8 +35,8 @@ A second table splits each side's payloads into Vela's ``cmd_data``, ``weight_da
 rest (block headers, I/O descriptors, padding), with the scratch, the planned buffers, the
 same split of upstream's file, the values of the method and the CPU kernels it calls. Then
 the named data of each file by key, each side's Vela settings, and the ratio ours / upstream
-per model and target with the largest per set (above 1.00: ours is the larger). This script prints only;
-it asserts nothing, and every failure is printed and skipped.
+per model and target with the largest per set (above 1.00: ours is the larger). This script
+prints only; it asserts nothing, and every failure is printed and skipped.
 """
 
 from __future__ import annotations
