@@ -158,3 +158,42 @@ def test_past_four_convolutions_the_plain_mean_stays():
     _, edge = quantized_edge(ConvMean((2, 3), channels=32).eval(), calibration[0], calibration)
     text = describe(convert(edge.exported_program(), U85).buffer)
     assert "MEAN(int8[1, 17, 16, 32] " in text
+
+
+class TwoMeans(nn.Module):
+    """Both forms in one network: a mean with its own parameters (a column) and a global
+    average pool (an AVERAGE_POOL_2D), concatenated into a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.conv = nn.Conv2d(3, 32, 3, padding=1), nn.Conv2d(32, 32, 3, padding=1)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.stem(x))
+        pooled = torch.flatten(F.adaptive_avg_pool2d(torch.relu(self.conv(y)), 1), 1)
+        return self.fc(torch.cat([y.mean((2, 3)), pooled], 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+def test_network_with_compact_means_keeps_the_numerics_contract(target):
+    """Everything on the NPU in one partition; the host run's SQNR against float within 1 dB
+    of the quantized reference's over 8 held-out inputs."""
+    import mcu_npu
+    from helpers import sqnr_db, sqnr_holds
+    from mcu_npu.quantization.exact import run_exact
+
+    torch.manual_seed(0)
+    model = TwoMeans().eval()
+    g = torch.Generator().manual_seed(2)
+    calibration = [(torch.randn(1, 3, 12, 10, generator=g),) for _ in range(8)]
+    tests = [(torch.randn(1, 3, 12, 10, generator=g),) for _ in range(8)]
+    prog = mcu_npu.compile(model, calibration[0], target=target, calibration=calibration)
+    s = prog.report.summary
+    assert s["ops_on_cpu"] == 0 and s["partitions"] == 1, prog.report
+    with torch.no_grad():
+        floats = torch.cat([model(*t).flatten() for t in tests])
+        refs = torch.cat([run_exact(prog.reference, *t).flatten() for t in tests])
+    runs = torch.cat([prog.run(*t)[0].flatten() for t in tests])
+    assert sqnr_holds(sqnr_db(floats, runs), sqnr_db(floats, refs))
