@@ -3,11 +3,13 @@
 Run::
 
     PYTHONPATH=src:benchmarks python benchmarks/pte_size.py               # 4 models x 2 targets
+    PYTHONPATH=src:benchmarks python benchmarks/pte_size.py --set both --samples 8
     PYTHONPATH=src:benchmarks python benchmarks/pte_size.py --models ds_cnn \\
         --targets ethos-u85-256 --samples 4 --json out.json
 
-Models: the four MLPerf Tiny models (``mcu_npu.models.mlperf_tiny``); targets
-``ethos-u55-128`` and ``ethos-u85-256``. Both flows get the same weights and the same
+Models (``--set``): ``mlperf``, the four MLPerf Tiny models of ``mcu_npu.models.mlperf_tiny``;
+``independent``, the same four written as a user would (``tiny_models.py``); ``both``.
+Targets ``ethos-u55-128`` and ``ethos-u85-256``. Both flows get the same weights and the same
 ``--samples`` calibration samples, the same Vela, and run each compile in a fresh process,
 one at a time (as ``ethos_u.py``, whose helpers this reuses):
 
@@ -32,8 +34,9 @@ header and program flatbuffer); all figures are bytes:
 A second table splits each side's payloads into Vela's ``cmd_data``, ``weight_data`` and the
 rest (block headers, I/O descriptors, padding), with the scratch, the planned buffers, the
 same split of upstream's file, the values of the method and the CPU kernels it calls. Then
-the named data of each file by key, and each side's Vela settings. This script prints only;
-it asserts nothing, and every failure is printed and skipped.
+the named data of each file by key, each side's Vela settings, and the ratio ours / upstream
+per model and target with the largest per set (above 1.00: ours is the larger). This script
+prints only; it asserts nothing, and every failure is printed and skipped.
 """
 
 from __future__ import annotations
@@ -57,7 +60,25 @@ for _p in (SRC, HERE):
 
 import torch  # noqa: E402
 
-from ethos_u import MLPERF, TARGETS, _load_job, build_model, calibration_set  # noqa: E402
+import tiny_models  # noqa: E402
+from ethos_u import MLPERF, TARGETS, build_model, calibration_set  # noqa: E402
+
+SETS = {"mlperf": tuple(MLPERF), "independent": tuple(tiny_models.MODELS)}
+SETS["both"] = SETS["mlperf"] + SETS["independent"]
+
+
+def build(name: str):
+    """(model, example_inputs) of a model of either set."""
+    if name in tiny_models.MODELS:
+        return tiny_models.MODELS[name]()
+    return build_model(name)
+
+
+def _load_job(path: str):
+    job = torch.load(path, weights_only=False)
+    model, _ = build(job["model"])
+    model.load_state_dict(job["state_dict"], strict=True)
+    return model.eval(), job["example_inputs"], job["calibration"]
 
 HOST_GRAPH_PREFIX, REPORT_KEY = "mcu_npu.host_graph.", "mcu_npu.report"
 
@@ -277,6 +298,7 @@ def print_tables(results: dict) -> None:
             if r.get("ok") and r["named_data"]:
                 print(f"  {name} {target} {who}: " + ", ".join(
                     f"{k}: {v:,}" for k, v in r["named_data"].items()))
+    print_ratios(results)
     print("\nVela settings")
     seen = set()
     for (_, target), pair in results.items():
@@ -284,6 +306,30 @@ def print_tables(results: dict) -> None:
             if r.get("ok") and (who, target) not in seen:
                 seen.add((who, target))
                 print(f"  {target} {who}: {r['vela']}")
+
+
+def print_ratios(results: dict) -> None:
+    """ours / upstream .pte bytes, one row per model, one column per target; the set's
+    largest ratio last."""
+    targets = list(dict.fromkeys(t for _, t in results))
+    fmt = "{:<17} {:<12}" + " {:>14}" * len(targets)
+    print("\nRATIO ours / upstream (.pte bytes)")
+    print(fmt.format("model", "set", *targets))
+    worst: dict = {}
+    for name in dict.fromkeys(n for n, _ in results):
+        group = next(k for k, v in SETS.items() if k != "both" and name in v)
+        cells = []
+        for t in targets:
+            o, u = results.get((name, t), ({}, {}))
+            x = o["bytes"] / u["bytes"] if o.get("ok") and u.get("ok") else None
+            if x is not None:
+                worst[(group, t)] = max(worst.get((group, t), 0.0), x)
+            cells.append("-" if x is None else f"{x:.3f}")
+        print(fmt.format(name, group, *cells))
+    for group in dict.fromkeys(g for g, _ in worst):
+        print(fmt.format("largest", group, *(f"{worst[(group, t)]:.3f}"
+                                             if (group, t) in worst else "-"
+                                             for t in targets)))
 
 
 # --------------------------------------------------------------------------- main
@@ -294,7 +340,10 @@ def main(argv=None) -> int:
     if argv[:1] == ["--worker"]:
         return worker_main(*argv[1:5])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(MLPERF), choices=MLPERF)
+    ap.add_argument("--set", default="mlperf", choices=sorted(SETS),
+                    help="model set: mlperf (mcu_npu.models), independent (tiny_models.py), both")
+    ap.add_argument("--models", nargs="+", default=None, choices=SETS["both"],
+                    help="models to compile (default: the whole --set)")
     ap.add_argument("--targets", nargs="+", default=list(TARGETS))
     ap.add_argument("--samples", type=int, default=16, help="calibration samples")
     ap.add_argument("--seed", type=int, default=2024, help="calibration data generator seed")
@@ -303,9 +352,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="pte_size_") as workdir:
-        for name in args.models:
+        for name in args.models or SETS[args.set]:
             try:
-                model, example = build_model(name)
+                model, example = build(name)
                 job = os.path.join(workdir, f"{name}.pt")
                 torch.save({"model": name, "state_dict": model.state_dict(),
                             "example_inputs": example,

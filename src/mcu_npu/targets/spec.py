@@ -125,6 +125,13 @@ class NpuSpec:
     between reshapes: Vela schedules that in fewer cycles on the U55 (ResNet-8: 201,786
     against 202,938 total cycles), while on the U65 and U85 the 4-D TRANSPOSE is the cheaper
     one (U85 MobileNetV1: 198,936 against 3,233,950, the 3-D one being memory bound)."""
+    compact_means: bool = False
+    """Emit means in the forms Vela encodes without a window of weights: Vela makes a MEAN
+    a depthwise convolution with all-ones weights of window x depth bytes. A mean over height
+    and width that keeps its input's quantization becomes an AVERAGE_POOL_2D (no weights);
+    another mean over the leading axes of a tensor the MEAN over the height of its
+    ``[1, reduced, channels, 1]`` view (depth 1: ``reduced`` bytes; DS-CNN's global mean
+    over 25x5x64: 125 bytes instead of 8,000, ``tflite/ops/reduce.py``)."""
 
     int16_activations: bool = False
     """The NPU runs 16x8 kernels (int16 activations, int8 weights) for the operators whose
