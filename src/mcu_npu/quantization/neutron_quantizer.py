@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+import contextlib
 from typing import Callable, Iterable
 
 import torch
@@ -14,7 +14,7 @@ from ..upstream.patches import (conv_bn_rewrites_where_they_match,
                                 observer_names_in_linear_time)
 from .calibration import DEFAULT, check_method
 from .calibration.records import CALIBRATION_KEY, calibration_records
-from .calibration.whole_model import CHECK_KEY, auto_observers, convert_checked
+from .calibration.whole_model import CHECK_KEY, auto_observers, check
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
 from .pinned_inputs import pin_input_observers
@@ -130,7 +130,8 @@ def quantize(
         prepared = prepare_pt2e(model, quantizer)
         samples = list(calibration) if calibration is not None else [tuple(example_inputs)]
         outputs = calibrate(prepared, samples)
-        reference, records, verdict = convert_checked(prepared, samples, outputs, _convert)
+        verdict = check_auto(prepared, samples, outputs)
+        reference, records = _convert(prepared)
     reference.meta[CALIBRATION_KEY] = records
     if verdict is not None:
         reference.meta[CHECK_KEY] = verdict
@@ -227,19 +228,31 @@ def end_float64_calibration(prepared: GraphModule) -> GraphModule:
 
 def whole_model_check(prepared: GraphModule) -> GraphModule:
     """A pre-convert pass (after ``end_float64_calibration``) for ExecuTorch's
-    ``QuantizationRecipe``: auto's whole-model check on the calibration runs
-    (``calibration.whole_model``). Where it turns auto's ranges down, the observers of
-    the graph take MinMax's, so the recipe converts what ``quantize`` converts."""
+    ``QuantizationRecipe``: auto's whole-model check on the calibration runs, so a recipe
+    converts what ``quantize`` converts."""
     runs = [run for run in calibration_runs(prepared, take=True) if len(run) == 2]
-    if not auto_observers(prepared) or not runs:
-        return prepared
-    with conv_bn_rewrites_where_they_match(), observer_names_in_linear_time():
-        _, _, verdict = convert_checked(copy.deepcopy(prepared), [r[0] for r in runs],
-                                        [r[1] for r in runs], _convert)
-    if verdict["kept"] == "minmax":
-        for observer in auto_observers(prepared):
-            observer.pin_to_min_max()
+    check_auto(prepared, [r[0] for r in runs], [r[1] for r in runs])
     return prepared
+
+
+def check_auto(prepared: GraphModule, samples: list, outputs: list) -> dict | None:
+    """``calibration.whole_model.check`` on ``prepared``; None where there is nothing to
+    check, or the graph cannot compute in float64 (auto's ranges stand)."""
+    try:
+        return check(prepared, samples, outputs, lambda: _computing_in_float64(prepared))
+    except (RuntimeError, TypeError, AssertionError):
+        return None
+
+
+@contextlib.contextmanager
+def _computing_in_float64(prepared: GraphModule):
+    to_float64(prepared)
+    _retype_tensors_made(prepared, torch.float32, torch.float64)
+    try:
+        yield
+    finally:
+        _retype_tensors_made(prepared, torch.float64, torch.float32)
+        to_float32(prepared)
 
 
 _RETYPED = "mcu_npu_float64_dtype"

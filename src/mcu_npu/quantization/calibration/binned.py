@@ -24,6 +24,9 @@ import torch
 BINS = 2048
 """Histogram bins at most: 8 or more per int8 step at the min / max range."""
 
+PENDING = 1 << 20
+"""Values ``Binned.add`` holds before binning them together."""
+
 
 class Binned:
     """Min, max, zeros and a power-of-two-width histogram of the values seen (float64)."""
@@ -32,66 +35,116 @@ class Binned:
         self.reset()
 
     def reset(self) -> None:
-        self.min = math.inf
-        self.max = -math.inf
-        self.zeros = 0
-        self.width = 0.0  # w; 0 until a nonzero value is seen
-        self.first = 0  # k of counts[0]
-        self.counts = np.zeros(0, dtype=np.float64)
+        self._min = math.inf
+        self._max = -math.inf
+        self._zeros = 0
+        self._width = 0.0  # w; 0 until a nonzero value is seen
+        self._first = 0  # k of counts[0]
+        self._counts = np.zeros(0, dtype=np.float64)
         self._nonzero = (math.inf, -math.inf)  # min and max of the nonzero values
         self._bins = None
+        self._pending: list[np.ndarray] = []
+        self._pending_size = 0
 
     @property
     def total(self) -> float:
         return float(self.counts.sum()) + self.zeros
 
     def add(self, x: torch.Tensor) -> None:
+        """Take the values of ``x``; after the first nonzero ones, they wait (up to
+        ``PENDING`` values) and are binned together, which bins them at the same width as
+        one by one (the width only ever doubles to the smallest that holds the range)."""
         x = x.detach().reshape(-1).to(torch.float64).numpy()
         if x.size == 0:
             return
         self._bins = None
+        if self._width == 0.0:
+            self._add(x)
+            return
+        self._pending.append(x)
+        self._pending_size += x.size
+        if self._pending_size >= PENDING:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            pending, self._pending, self._pending_size = self._pending, [], 0
+            self._add(np.concatenate(pending))
+
+    @property
+    def min(self) -> float:
+        self._flush()
+        return self._min
+
+    @property
+    def max(self) -> float:
+        self._flush()
+        return self._max
+
+    @property
+    def zeros(self) -> int:
+        self._flush()
+        return self._zeros
+
+    @property
+    def width(self) -> float:
+        self._flush()
+        return self._width
+
+    @property
+    def first(self) -> int:
+        self._flush()
+        return self._first
+
+    @property
+    def counts(self) -> np.ndarray:
+        self._flush()
+        return self._counts
+
+    def _add(self, x: np.ndarray) -> None:
         lo, hi = float(x.min()), float(x.max())
         if not (math.isfinite(lo) and math.isfinite(hi)):
             x = x[np.isfinite(x)]
             if x.size == 0:
                 return
             lo, hi = float(x.min()), float(x.max())
-        self.min, self.max = min(self.min, lo), max(self.max, hi)
+        self._min, self._max = min(self._min, lo), max(self._max, hi)
         nonzero = x[x != 0]
-        self.zeros += x.size - nonzero.size
+        self._zeros += x.size - nonzero.size
         if nonzero.size == 0:
             return
         lo = min(self._nonzero[0], float(nonzero.min()))
         hi = max(self._nonzero[1], float(nonzero.max()))
         self._nonzero = (lo, hi)
-        width = self.width or _start_width(lo, hi)
+        width = self._width or _start_width(lo, hi)
         while math.floor(hi / width) - math.floor(lo / width) + 1 > BINS:
             width *= 2.0
         first = math.floor(lo / width)
         counts = np.zeros(BINS, dtype=np.float64)
-        used = np.nonzero(self.counts)[0]
+        used = np.nonzero(self._counts)[0]
         if used.size:
-            factor = int(round(width / self.width))
-            np.add.at(counts, (used + self.first) // factor - first, self.counts[used])
+            factor = int(round(width / self._width))
+            np.add.at(counts, (used + self._first) // factor - first, self._counts[used])
         k = np.floor(nonzero * (1.0 / width)).astype(np.int64) - first
         counts += np.bincount(k, minlength=BINS)
-        self.width, self.first, self.counts = width, first, counts
+        self._width, self._first, self._counts = width, first, counts
 
     def merged(self, bins: int) -> "Binned":
         """A copy with at most ``bins`` bins: neighbours merged by a power of two."""
-        used = np.nonzero(self.counts)[0]
+        self._flush()
+        used = np.nonzero(self._counts)[0]
         out = Binned()
-        out.min, out.max, out.zeros, out._nonzero = self.min, self.max, self.zeros, \
+        out._min, out._max, out._zeros, out._nonzero = self._min, self._max, self._zeros, \
             self._nonzero
         if not used.size:
             return out
         factor = 1
-        while (used[-1] + self.first) // factor - (used[0] + self.first) // factor + 1 > bins:
+        while (used[-1] + self._first) // factor - (used[0] + self._first) // factor + 1 > bins:
             factor *= 2
-        out.width = self.width * factor
-        out.first = (used[0] + self.first) // factor
-        out.counts = np.bincount((used + self.first) // factor - out.first,
-                                 weights=self.counts[used])
+        out._width = self._width * factor
+        out._first = (used[0] + self._first) // factor
+        out._counts = np.bincount((used + self._first) // factor - out._first,
+                                 weights=self._counts[used])
         return out
 
     def bins(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -102,12 +155,13 @@ class Binned:
         return self._bins
 
     def _nonempty_bins(self):
-        counts = self.counts
+        self._flush()
+        counts = self._counts
         used = np.nonzero(counts)[0]
-        left = (self.first + used) * self.width
-        right = left + self.width
-        left = np.maximum(left, self.min)
-        right = np.minimum(right, self.max)
+        left = (self._first + used) * self._width
+        right = left + self._width
+        left = np.maximum(left, self._min)
+        right = np.minimum(right, self._max)
         return left, right, counts[used]
 
 
