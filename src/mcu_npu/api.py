@@ -167,7 +167,7 @@ def compile(
     precision=None,
     memory: str = "auto",
     etrecord: str | os.PathLike | None = None,
-    calibration_method: str = "auto",
+    calibration_method: str = "minmax",
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -214,11 +214,12 @@ def compile(
     target's memory map (``flow.memory``; ``report.placement`` says why).
 
     ``calibration_method`` chooses how each activation's quantization range is set from the
-    calibration data: ``"auto"`` (the default) measures, per tensor, the quantization error
+    calibration data: ``"minmax"`` (the default) the range the data reached; ``"auto"``
+    measures, per tensor, the quantization error
     (clipping and rounding) of the MinMax, histogram, percentile and MSE ranges and keeps
     the lowest when it beats MinMax's, provided the whole model's output SQNR on the
     calibration samples rises with those ranges (else MinMax everywhere;
-    ``quantization.calibration.whole_model``); ``"minmax"``, ``"histogram"``,
+    ``quantization.calibration.whole_model``); ``"histogram"``,
     ``"percentile"`` or ``"mse"`` use that one method everywhere
     (``mcu_npu.quantization.calibration``). The report gives each tensor's method and error
     (``report.calibration``). With ``train_fn`` the fake quantizers learn the ranges: only

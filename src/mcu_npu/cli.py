@@ -341,10 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the program lives: auto (default: the fastest placement that "
                         "fits the target's memory map), flash (weights read in place), sram, "
                         "or dedicated-sram (Ethos-U65/U85)")
-    c.add_argument("--calibration-method", default="auto", metavar="M",
-                   help="how activation ranges are set from the calibration data: auto "
-                        "(default: per tensor, the lowest measured quantization error), "
-                        "minmax, histogram, percentile or mse")
+    c.add_argument("--calibration-method", default="minmax", metavar="M",
+                   help="how activation ranges are set from the calibration data: minmax "
+                        "(default), auto (per tensor, the lowest measured quantization "
+                        "error), histogram, percentile or mse")
     c.add_argument("-o", "--output", required=True, help="the .pte to write")
     c.add_argument("--etrecord", metavar="FILE",
                    help="also write the compile's ETRecord (for ExecuTorch's Inspector)")

@@ -78,7 +78,7 @@ def neutron_recipe(
     npu_compiler: str = "auto",
     operators_not_to_delegate: Iterable[str] = (),
     cortex_m: bool = False,
-    calibration_method: str = "auto",
+    calibration_method: str = "minmax",
 ) -> ExportRecipe:
     """The Neutron recipe for ``target``; ``calibration_method`` as ``mcu_npu.compile``'s."""
     tgt = get_target(target)
@@ -136,7 +136,7 @@ def get_imxrt700_recipe(
     calibration: Iterable | None = None,
     npu_compiler: str = "auto",
     operators_not_to_delegate: Iterable[str] = (),
-    calibration_method: str = "auto",
+    calibration_method: str = "minmax",
 ) -> ExportRecipe:
     """The i.MX RT700 as one target: Neutron N3-64 first, Cortex-M33 int8 kernels for the
     rest, with one composed quantizer deciding which rules each node gets."""

@@ -105,7 +105,7 @@ def test_auto_ranges_that_do_not_raise_it_enough_give_minmax_everywhere(monkeypa
 def test_the_report_says_which_ranges_were_kept(monkeypatch):
     model, data = Readout(focus=5).eval(), samples()
     prog = mcu_npu.compile(model, data[0], target="corstone-300", calibration=data,
-                           progress=False)
+                           calibration_method="auto", progress=False)
     check = prog.report.calibration["check"]
     assert check["kept"] == "auto" and prog.report.summary["calibration"]["kept"] == "auto"
     text = str(prog.report)
@@ -115,5 +115,5 @@ def test_the_report_says_which_ranges_were_kept(monkeypatch):
     assert again.calibration["check"] == check
     monkeypatch.setattr(whole_model, "MIN_GAIN_DB", 100.0)
     prog = mcu_npu.compile(model, data[0], target="corstone-300", calibration=data,
-                           progress=False)
+                           calibration_method="auto", progress=False)
     assert "auto's ranges turned down, MinMax everywhere" in str(prog.report)

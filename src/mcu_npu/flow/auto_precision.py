@@ -96,7 +96,7 @@ class _Search:
 def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, npu_compiler,
            operators_not_to_delegate, progress, train_fn, io, deployable, strict,
            accuracy_samples, compile_fn: Callable, memory: str = "auto",
-           calibration_method: str = "auto"):
+           calibration_method: str = "minmax"):
     """Compile ``model`` with int8 activations, then raise layers to int16 as ``auto`` says
     (module docstring). Returns the chosen ``CompiledProgram``; warns when the target is not
     met or the target's NPU takes int8 only. ``compile_fn`` is ``api._compile``."""

@@ -58,7 +58,7 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     deployable=False, strict=False, accuracy_samples=None,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
                     stacklevel: int = 2, keep_edges: bool = False, plan=None,
-                    calibration_method: str = "auto", inputs=None,
+                    calibration_method: str = "minmax", inputs=None,
                     outputs=None) -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the

@@ -58,7 +58,7 @@ class PlanOptions:
     operators_not_to_delegate: tuple[str, ...] = ()
     npu_compiler: str = "auto"
     calibration: tuple | None = field(default=None, compare=False, repr=False)
-    calibration_method: str = field(default="auto", compare=False)
+    calibration_method: str = field(default="minmax", compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "operators_not_to_delegate",
