@@ -14,7 +14,6 @@ import model_library
 from helpers import assert_loads_in_executorch, sqnr_holds
 from mcu_npu.report import Kernel
 
-TARGETS = model_library.TARGETS
 
 # name -> the targets it runs wholly on the NPU, in one partition. Squeeze-excite and
 # hard-swish (MobileNetV3), ConvNeXt, and transformers:
@@ -27,7 +26,7 @@ MODELS = model_library.TEST_SET
 @pytest.mark.slow
 @pytest.mark.parametrize("name,target", [
     pytest.param(name, target, marks=model_library.same_compile(name, target))
-    for name in MODELS for target in TARGETS])
+    for name in MODELS for target in model_library.targets_of(name)])
 def test_compiles_loads_and_holds_the_contract(name, target):
     model, prog, tests, figures = model_library.compiled(name, target)
     report, summary = prog.report, prog.report.summary

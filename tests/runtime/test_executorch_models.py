@@ -103,7 +103,7 @@ def test_gru_keyword_spotter_runs_in_executorch_as_on_the_host(target, calls):
 
 @pytest.mark.parametrize("name,target", [
     pytest.param(name, target, marks=model_library.same_compile(name, target))
-    for name in model_library.TEST_SET for target in model_library.TARGETS])
+    for name in model_library.TEST_SET for target in model_library.targets_of(name)])
 def test_model_library_runs_in_executorch_as_on_the_host(name, target, calls):
     _, prog, tests, _ = model_library.compiled(name, target)
     assert_runs_alike(prog, tests[:2], calls)
