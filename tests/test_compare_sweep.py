@@ -271,3 +271,17 @@ def test_models_with_one_factory_name_are_told_apart(tmp_path):
                                   "targets": ["corstone-300"]}))
     assert read_config(config).models == {"kws:factory": f"{tmp_path / 'kws.py'}:factory",
                                           "digits:factory": f"{tmp_path / 'digits.py'}:factory"}
+
+
+def _threads() -> tuple[int, str]:
+    return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS", "")
+
+
+def test_pool_workers_share_the_cores():
+    """Each worker of a pool of two runs torch (and OpenMP) on half the cores, as a Ray task
+    runs on one: two workers each spreading over every core slow each other down."""
+    from mcu_npu.grid import executors
+
+    share = max(1, executors._cores() // 2)
+    with executors._pool(2) as pool:
+        assert pool.submit(_threads).result() == (share, str(share))

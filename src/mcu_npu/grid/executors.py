@@ -26,9 +26,13 @@ EXECUTORS = ("process", "ray", "serial")
 def default_workers(cells: int) -> int:
     """Worker processes by default: one per core this process may run on, at most one per
     cell."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+    return max(1, min(_cores(), cells))
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
-    return max(1, min(cores, cells))
 
 
 def run_cells(cells: Sequence[Cell], executor="process", *, workers: int | None = None,
@@ -65,7 +69,21 @@ def _result(future, cell: Cell) -> Row:
 def _pool(workers: int) -> ProcessPoolExecutor:
     # spawn: a fresh interpreter per worker; forking a process that has loaded torch's
     # thread pools can deadlock the child
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=share_cores,
+                               initargs=(max(1, _cores() // workers),))
+
+
+def share_cores(threads: int) -> None:
+    """A worker's share of the cores: torch's and OpenMP's threads at cores / workers, as
+    Ray gives each task one core. Workers that each spread over every core slow each other
+    down: the 8 x 4 sweep of ``benchmarks/sweep.py`` took 133 s on 2 cores with 2 workers
+    of 2 threads, 70 s with 1 worker. Results do not depend on threads (calibration and
+    the reference compute in float64)."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
