@@ -55,13 +55,17 @@ def check(prepared: GraphModule, samples: list[tuple], float_outputs: list,
     for observer in moved:
         observer.pin_to_min_max()
     candidates["minmax"] = observer_params(prepared)
-    with float64():
-        scores = {name: simulated_sqnr(prepared, params, samples[:n], float_outputs[:n])
-                  for name, params in candidates.items()}
-    kept = "auto" if scores["auto"] >= scores["minmax"] + MIN_GAIN_DB else "minmax"
-    if kept == "auto":
-        for observer, choice in chosen:
-            observer.method, observer._chosen = "auto", choice
+    kept = "auto"  # also where the simulation raises: auto's ranges stand unchecked
+    try:
+        with float64():
+            scores = {name: simulated_sqnr(prepared, params, samples[:n], float_outputs[:n])
+                      for name, params in candidates.items()}
+        if scores["auto"] < scores["minmax"] + MIN_GAIN_DB:
+            kept = "minmax"
+    finally:
+        if kept == "auto":
+            for observer, choice in chosen:
+                observer.method, observer._chosen = "auto", choice
     return {"kept": kept, "auto_sqnr_db": round(scores["auto"], 2),
             "minmax_sqnr_db": round(scores["minmax"], 2), "samples": n}
 
