@@ -185,8 +185,7 @@ def begin_float64_calibration(prepared: GraphModule) -> GraphModule:
     and observers in float64, float32 inputs cast on entry; each run's inputs and float
     outputs are kept (``calibration_runs``). A post-prepare pass for ExecuTorch's
     ``QuantizationRecipe``; ``end_float64_calibration`` undoes it."""
-    to_float64(prepared)
-    _retype_tensors_made(prepared, torch.float32, torch.float64)
+    _graph_in(prepared, torch.float64)
     if getattr(prepared, _HOOK, None) is None:
         runs = calibration_runs(prepared)
 
@@ -222,8 +221,8 @@ def end_float64_calibration(prepared: GraphModule) -> GraphModule:
     for handle in getattr(prepared, _HOOK, None) or ():
         handle.remove()
     object.__setattr__(prepared, _HOOK, None)
-    _retype_tensors_made(prepared, torch.float64, torch.float32)
-    return to_float32(prepared)
+    _graph_in(prepared, torch.float32)
+    return prepared
 
 
 def whole_model_check(prepared: GraphModule) -> GraphModule:
@@ -246,11 +245,20 @@ def check_auto(prepared: GraphModule, samples: list, outputs: list) -> dict | No
 
 @contextlib.contextmanager
 def _computing_in_float64(prepared: GraphModule):
-    to_float64(prepared)
-    _retype_tensors_made(prepared, torch.float32, torch.float64)
+    _graph_in(prepared, torch.float64)
     try:
         yield
     finally:
+        _graph_in(prepared, torch.float32)
+
+
+def _graph_in(prepared: GraphModule, dtype: torch.dtype) -> None:
+    """``prepared``'s parameters, buffers, observers and the tensors its graph makes in
+    ``dtype`` (float64 or back to float32)."""
+    if dtype == torch.float64:
+        to_float64(prepared)
+        _retype_tensors_made(prepared, torch.float32, torch.float64)
+    else:
         _retype_tensors_made(prepared, torch.float64, torch.float32)
         to_float32(prepared)
 
