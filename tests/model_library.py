@@ -85,6 +85,37 @@ the Cortex-M33 (no Neutron operator): a CNN with hard-swish and ConvNeXt's GELU 
 LayerNorm cover that split; the transformers would add the same ops, at 20-40 s each."""
 
 
+TEST_DEPTH: dict[str, dict] = {
+    "vit_tiny_patch16_224": {"depth": 2},
+    "levit_128s": {"depth": (1, 1, 1)},
+    "convnext_atto": {"depths": (1, 1, 2, 1)},
+    "efficientnet_b0_gn": {"depth_multiplier": 0.5},
+    "mobilevit_xxs": {"blocks": 1, "transformer_depth": 1},
+}
+"""How a test model gets fewer repeats of its blocks: timm keyword arguments, or for
+MobileViT (whose depths timm takes from a fixed config) each stage's block count and
+transformer depth. Every block type, stage and downsampling step stays, so the tests meet
+each spelling the full model has (``benchmarks/model_library.py`` compiles the full depth)
+at a fraction of the compile."""
+
+
+def _shallow_mobilevit(timm, name: str, blocks: int, transformer_depth: int):
+    """timm's ByobNet for MobileViT ``name`` with ``blocks`` blocks per stage and
+    ``transformer_depth`` layers in each MobileViT block."""
+    from dataclasses import replace
+
+    def fewer(block):
+        if isinstance(block, tuple):
+            return tuple(fewer(b) for b in block)
+        kwargs = dict(block.block_kwargs or {})
+        if "transformer_depth" in kwargs:
+            kwargs["transformer_depth"] = transformer_depth
+        return replace(block, d=min(block.d, blocks), block_kwargs=kwargs)
+
+    cfg = timm.models.mobilevit.model_cfgs[name]
+    return timm.models.byobnet.ByobNet(replace(cfg, blocks=fewer(cfg.blocks)), num_classes=10)
+
+
 def targets_of(name: str) -> list[str]:
     """The targets the tests compile test model ``name`` for."""
     return TARGETS if name in ON_IMXRT700 else [t for t in TARGETS if t != "imxrt700"]
@@ -110,15 +141,20 @@ def import_timm():
     return _TIMM
 
 
-def build(name: str, seed: int = 0):
-    """(model, example inputs, calibration samples, held-out test inputs) for ``name``."""
+def build(name: str, seed: int = 0, shallow: bool = False):
+    """(model, example inputs, calibration samples, held-out test inputs) for ``name``; with
+    ``shallow``, its ``TEST_DEPTH`` variant."""
     timm = import_timm()
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kwargs = dict(MODELS.get(name, {}))
         size = kwargs.pop("input", INPUT)
-        model = timm.create_model(name, pretrained=False, num_classes=10, **kwargs)
+        depth = TEST_DEPTH.get(name, {}) if shallow else {}
+        if name.startswith("mobilevit_") and depth:
+            model = _shallow_mobilevit(timm, name, **depth)
+        else:
+            model = timm.create_model(name, pretrained=False, num_classes=10, **kwargs, **depth)
     return with_samples(model, (1, 3, size, size), seed)
 
 
@@ -142,13 +178,13 @@ def with_samples(model, shape: tuple, seed: int):
 
 @functools.lru_cache(maxsize=None)
 def compiled(name: str, target: str):
-    """(model, compiled program, held-out test inputs, ``measure``'s figures) for ``name`` on
-    ``target``, compiled once per test process: tests that check other properties of the
-    same compile share it (mark them ``same_compile(name, target)`` so pytest-xdist runs
-    them in one worker)."""
+    """(model, compiled program, held-out test inputs, ``measure``'s figures) for ``name``
+    (its ``TEST_DEPTH`` variant) on ``target``, compiled once per test process: tests that
+    check other properties of the same compile share it (mark them ``same_compile(name,
+    target)`` so pytest-xdist runs them in one worker)."""
     import mcu_npu
 
-    model, example, calibration, tests = build(name)
+    model, example, calibration, tests = build(name, shallow=True)
     prog = mcu_npu.compile(model, example, target=target, calibration=calibration)
     return model, prog, tests, measure(prog, model, tests)
 

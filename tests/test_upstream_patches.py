@@ -255,3 +255,40 @@ def test_prepare_names_observers_the_same_with_the_linear_time_factory():
     plain = observers(False)
     assert len(plain) >= 4
     assert observers(True) == plain
+
+
+# --- pattern_graphs_traced_once ---------------------------------------------------------------
+def test_rewrite_patterns_are_traced_once_and_handed_out_as_copies(monkeypatch):
+    from torchao.quantization.pt2e import qat_utils, utils
+    from torchao.quantization.pt2e.export_utils import WrapperModule
+
+    traced = []
+    trace = utils._get_aten_graph_module_for_pattern
+
+    def counting(pattern, example_inputs, is_cuda=False, **kwargs):
+        traced.append(pattern)
+        return trace(pattern, example_inputs, is_cuda, **kwargs)
+
+    monkeypatch.setattr(utils, "_get_aten_graph_module_for_pattern", counting)
+    monkeypatch.setattr(upstream_patches, "_PATTERN_GRAPHS", {})
+
+    def pattern(scale):  # a new closure on each call, as torchao builds its patterns
+        return WrapperModule(lambda x, w: torch.nn.functional.conv2d(x, w) * scale)
+
+    x, w = torch.randn(1, 1, 3, 3), torch.randn(1, 1, 1, 1)
+    with upstream_patches.pattern_graphs_traced_once():
+        get = utils._get_aten_graph_module_for_pattern
+        assert qat_utils._get_aten_graph_module_for_pattern is get
+        first = get(pattern(2.0), (x, w))
+        first.graph.erase_node(next(n for n in first.graph.nodes if n.op == "output"))
+        again = get(pattern(2.0), (x, w))              # same code, closure and shapes
+        other_scale = get(pattern(3.0), (x, w))        # another closure value
+        other_shape = get(pattern(2.0), (torch.randn(1, 1, 4, 4), w))
+    assert utils._get_aten_graph_module_for_pattern is counting
+    assert qat_utils._get_aten_graph_module_for_pattern is trace
+    assert len(traced) == 3
+    # the copy handed out first was changed; the one handed out again is whole
+    assert str(again.graph) == str(trace(pattern(2.0), (x, w)).graph)
+    assert 3.0 in [a for n in other_scale.graph.nodes for a in n.args]
+    assert other_shape is not again
+

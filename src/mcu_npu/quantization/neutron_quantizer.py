@@ -11,7 +11,7 @@ from torchao.quantization.pt2e.quantizer import Quantizer
 
 from ..progress import counted
 from ..upstream.patches import (conv_bn_rewrites_where_they_match,
-                                observer_names_in_linear_time)
+                                observer_names_in_linear_time, pattern_graphs_traced_once)
 from .calibration import DEFAULT, check_method
 from .calibration.records import CALIBRATION_KEY, calibration_records
 from .calibration.whole_model import CHECK_KEY, auto_observers, check
@@ -116,8 +116,9 @@ def quantize(
     The result is the quantized reference: running it in PyTorch gives the numbers an int8
     deployment must reproduce. Its ``meta[CALIBRATION_KEY]`` holds how each activation's
     range was chosen (``calibration.records.calibration_records``). torchao's QAT conv + BatchNorm rewrites run only where they
-    can match (``upstream.patches.conv_bn_rewrites_where_they_match``), and observers are
-    named in linear time (``observer_names_in_linear_time``).
+    can match (``upstream.patches.conv_bn_rewrites_where_they_match``) on patterns traced
+    once per process (``pattern_graphs_traced_once``), and observers are named in linear
+    time (``observer_names_in_linear_time``).
     """
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
@@ -126,7 +127,8 @@ def quantize(
         model = torch.export.export(model.eval(), tuple(example_inputs)).module(
             check_guards=False
         )
-    with conv_bn_rewrites_where_they_match(), observer_names_in_linear_time():
+    with conv_bn_rewrites_where_they_match(), pattern_graphs_traced_once(), \
+            observer_names_in_linear_time():
         prepared = prepare_pt2e(model, quantizer)
         samples = list(calibration) if calibration is not None else [tuple(example_inputs)]
         outputs = calibrate(prepared, samples)
@@ -312,16 +314,18 @@ def quantize_qat(
     from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
 
-    with conv_bn_rewrites_where_they_match():
+    with conv_bn_rewrites_where_they_match(), pattern_graphs_traced_once():
         prepared = prepare_qat_pt2e(model, quantizer)
     with torch.no_grad():
         for sample in calibration:
             prepared(*sample)
-    move_exported_model_to_train(prepared)
+    with pattern_graphs_traced_once():
+        move_exported_model_to_train(prepared)
     train_fn(prepared)
-    move_exported_model_to_eval(prepared)
+    with pattern_graphs_traced_once():
+        move_exported_model_to_eval(prepared)
     records = calibration_records(prepared)
-    with conv_bn_rewrites_where_they_match():
+    with conv_bn_rewrites_where_they_match(), pattern_graphs_traced_once():
         reference = convert_pt2e(prepared)
     reference.meta[CALIBRATION_KEY] = records
     return reference

@@ -19,6 +19,9 @@ attribute or behaviour it relies on, so an upgrade that changes it fails there f
   rewrites (``_fuse_conv_bn_qat``, ``_fold_conv_bn_qat``) only on graphs where a
   convolution feeds a BatchNorm, by swapping the names ``quantize_pt2e`` calls them by
   (its tests: ``tests/quantization/test_conv_bn_rewrite_guard.py``).
+* ``pattern_graphs_traced_once`` -- traces each of torchao's QAT rewrite patterns (conv +
+  BatchNorm, BatchNorm and dropout train/eval) once per process and hands out copies, by
+  swapping the name its rewrites call the tracer by.
 * ``observer_names_in_linear_time`` -- gives ``prepare_pt2e``'s observers the names it
   gives them, without re-testing every taken name for each new observer, by swapping the
   name factory ``torch.ao.quantization.fx.prepare`` calls.
@@ -241,6 +244,80 @@ def conv_bn_rewrites_where_they_match():
         yield
     finally:
         quantize_pt2e._fuse_conv_bn_qat, quantize_pt2e._fold_conv_bn_qat = fuse, fold
+
+
+# --- torchao's rewrite patterns traced once ------------------------------------------------------
+_PATTERN_GRAPHS: dict = {}
+"""``pattern_graphs_traced_once``'s traced patterns, by ``_pattern_key``."""
+
+
+@contextmanager
+def pattern_graphs_traced_once():
+    """Within the block, torchao's pattern rewrites (QAT conv + BatchNorm fuse and fold,
+    ``move_exported_model_to_eval`` / ``_to_train``) get each pattern graph traced once per
+    process: later requests for the same pattern get a deep copy of the first trace.
+
+    What: replaces ``_get_aten_graph_module_for_pattern`` in
+    ``torchao.quantization.pt2e.utils`` (which ``export_utils`` imports when it rewrites)
+    and ``qat_utils`` (which imported it) by a function that keys each request on the
+    pattern's code, its closure's values and defaults, the example inputs' shapes and dtypes
+    (values for non-tensors), the keyword inputs likewise and the grad mode
+    (``_pattern_key``), then restores them. A request it cannot key (an unhashable closure
+    value) is traced as before.
+
+    Why: the function runs a strict ``torch.export`` of a small pattern on every call, and
+    each rewrite asks for the same patterns again (the fold alone: 14 per convolution kind),
+    for every compile: 10 s or more of a QAT compile and of every later one in the same
+    process (a precision search, a sweep, a second target), all tracing the same Python
+    functions on the same shapes. A pattern's graph depends on only what the key holds. It
+    goes when torchao caches its pattern graphs.
+    """
+    import copy
+
+    from torchao.quantization.pt2e import qat_utils, utils
+
+    saved = utils._get_aten_graph_module_for_pattern, qat_utils._get_aten_graph_module_for_pattern
+    trace = saved[0]
+
+    def once(pattern, example_inputs, is_cuda=False, **kwargs):
+        key = _pattern_key(pattern, example_inputs, is_cuda, kwargs)
+        if key is None:
+            return trace(pattern, example_inputs, is_cuda, **kwargs)
+        if key not in _PATTERN_GRAPHS:
+            _PATTERN_GRAPHS[key] = trace(pattern, example_inputs, is_cuda, **kwargs)
+        return copy.deepcopy(_PATTERN_GRAPHS[key])
+
+    utils._get_aten_graph_module_for_pattern = qat_utils._get_aten_graph_module_for_pattern = once
+    try:
+        yield
+    finally:
+        utils._get_aten_graph_module_for_pattern, \
+            qat_utils._get_aten_graph_module_for_pattern = saved
+
+
+def _pattern_key(pattern, example_inputs, is_cuda, kwargs):
+    """What a traced pattern graph depends on (``pattern_graphs_traced_once``), or None when
+    part of it is not hashable."""
+    import torch
+
+    fn = getattr(pattern, "fn", pattern)  # torchao's WrapperModule holds the function
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+
+    def value(x):
+        if isinstance(x, torch.Tensor):
+            return ("tensor", tuple(x.shape), x.dtype)
+        return ("value", type(x), x)
+
+    key = (code, tuple(c.cell_contents for c in (fn.__closure__ or ())),
+           fn.__defaults__, tuple(value(x) for x in example_inputs), bool(is_cuda),
+           tuple(sorted((k, value(v)) for k, v in kwargs.items())), torch.is_grad_enabled())
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 # --- observer names in linear time -------------------------------------------------------------
