@@ -80,3 +80,19 @@ def test_the_rule_covers_only_the_inputs_the_op_takes():
     assert output_dtype(qd.quantize_per_tensor.default, (f32.t(), *quant), {}) is None
     assert output_dtype(qd.quantize_per_channel.default, (f32, *quant), {}) is None
     assert output_dtype(torch.ops.aten.relu.default, (f32,), {}) is None
+
+
+def test_a_bare_graph_gets_the_values_its_module_would():
+    _, _, edge = _programs()
+    gm = edge.graph_module
+    values = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = detect_fake_mode(values)
+    with mode:
+        propagate(gm, mode, *values)
+    expected = _layouts(gm)
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            del n.meta["val"]
+    with mode:
+        propagate(gm.graph, mode, *values)
+    assert _layouts(gm) == expected

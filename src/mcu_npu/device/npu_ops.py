@@ -10,6 +10,7 @@ substring of another (ExecuTorch's Inspector also matches identifiers by substri
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -52,27 +53,51 @@ def identifier(index: int, name: str) -> str:
 
 
 def npu_ops(tflite: bytes) -> list[NpuOp]:
-    """The operators of the TFLite graph ``tflite``, in execution order."""
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(bytes(tflite), 0))
-    graph = model.subgraphs[0]
+    """The operators of the TFLite graph ``tflite``, in execution order. Read through the
+    flatbuffer's accessors (no object-API copy of the weights), and kept for the last few
+    graphs by their bytes: a partition's preprocess asks three times for the same graph."""
+    return list(_npu_ops(bytes(tflite)))
+
+
+@functools.lru_cache(maxsize=4)
+def _npu_ops(tflite: bytes) -> tuple[NpuOp, ...]:
+    model = schema.Model.GetRootAs(tflite, 0)
+    graph = model.Subgraphs(0)
+    tensors: dict[int, tuple] = {}
+
+    def tensor(i: int) -> tuple:
+        """(name, shape, type) of tensor ``i``, as the object API gives them."""
+        if i not in tensors:
+            t = graph.Tensors(i)
+            shape = [] if t.ShapeIsNone() else [int(d) for d in t.ShapeAsNumpy()]
+            tensors[i] = (t.Name(), shape, t.Type())
+        return tensors[i]
+
     ops = []
-    for k, op in enumerate(graph.operators):
-        code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-        name = code.customCode.decode() if code.customCode else _BUILTIN_NAMES[builtin]
-        ins = [graph.tensors[i] for i in op.inputs if i >= 0]
-        outs = [graph.tensors[i] for i in op.outputs]
-        ops.append(NpuOp(k, name, tuple(t.name.decode() for t in outs),
+    for k in range(graph.OperatorsLength()):
+        op = graph.Operators(k)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        custom = code.CustomCode()
+        name = custom.decode() if custom else _BUILTIN_NAMES[builtin]
+        ins = [tensor(int(i)) for i in _indices(op.InputsAsNumpy()) if i >= 0]
+        outs = [tensor(int(i)) for i in _indices(op.OutputsAsNumpy())]
+        ops.append(NpuOp(k, name, tuple(t[0].decode() for t in outs),
                          _macs(name, ins, outs), sum(map(_nbytes, ins + outs))))
-    return ops
+    return tuple(ops)
+
+
+def _indices(vector) -> list:
+    """A flatbuffer int vector read as numpy (0 where the vector is absent) as a list."""
+    return [] if isinstance(vector, int) else vector.tolist()
 
 
 def _shape(t) -> list[int]:
-    return [int(d) for d in t.shape] if t.shape is not None else []
+    return t[1]
 
 
 def _nbytes(t) -> int:
-    return math.prod(_shape(t)) * _ITEM_SIZE.get(t.type, 1)
+    return math.prod(_shape(t)) * _ITEM_SIZE.get(t[2], 1)
 
 
 def _macs(name: str, ins, outs) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.fx import GraphModule
+from torch.fx import Graph, GraphModule
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 _qd = torch.ops.quantized_decomposed
@@ -24,9 +24,15 @@ _DEQUANTIZE = {_qd.dequantize_per_tensor.default, _qd.dequantize_per_tensor.tens
                _qd.dequantize_per_tensor.tensor2}
 
 
-def propagate(gm: GraphModule, mode: FakeTensorMode, *inputs: FakeTensor):
+def propagate(gm: GraphModule | Graph, mode: FakeTensorMode, *inputs: FakeTensor):
     """Set every node's fake value from the fake ``inputs`` (``FakeTensorProp``'s
-    ``propagate_dont_convert_inputs``); returns the graph's outputs."""
+    ``propagate_dont_convert_inputs``); returns the graph's outputs. A bare ``Graph`` (one
+    without attribute reads) is interpreted without a GraphModule: making one generates
+    the graph's Python code, which interpreting it never reads."""
+    if isinstance(gm, Graph):
+        holder = torch.nn.Module()  # what the interpreter reads of a module: its graph
+        holder.graph = gm
+        gm = holder
     return _Propagation(gm, mode).propagate_dont_convert_inputs(*inputs)
 
 

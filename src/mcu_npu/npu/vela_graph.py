@@ -28,6 +28,8 @@ def own_concat_inputs(model: TFLiteModel) -> TFLiteModel:
     produced by an operator and read elsewhere too; ``model`` itself when there is none, or
     when the flatbuffer does not parse (Vela then says so in its own words)."""
     try:
+        if not _shared_concat_inputs(model.buffer):
+            return model
         tfl = load_model(model.buffer)
         graph = tfl.subgraphs[0]
     except Exception:  # flatbuffers raises assorted types on bad bytes
@@ -56,6 +58,28 @@ def own_concat_inputs(model: TFLiteModel) -> TFLiteModel:
     graph.operators = operators
     return dataclasses.replace(model, buffer=serialize(tfl, len(model.buffer) + 1024),
                                op_origins=tuple(new_origins) if model.op_origins else ())
+
+
+def _shared_concat_inputs(buffer: bytes) -> bool:
+    """Whether some concatenation input is produced by an operator and read elsewhere too,
+    read through the flatbuffer's accessors: most graphs have none, and unpacking a graph's
+    objects (its weights among them) costs more than the rest of the check."""
+    model = schema.Model.GetRootAs(buffer, 0)
+    graph = model.Subgraphs(0)
+    ops = [graph.Operators(k) for k in range(graph.OperatorsLength())]
+    inputs = [_ints(op.InputsAsNumpy()) for op in ops]
+    produced = {t for op in ops for t in _ints(op.OutputsAsNumpy())}
+    readers = Counter(t for ins in inputs for t in ins if t >= 0)
+    readers.update(_ints(graph.OutputsAsNumpy()))
+    concat = [model.OperatorCodes(op.OpcodeIndex()).BuiltinCode() == OP.CONCATENATION
+              for op in ops]
+    return any(t in produced and readers[t] > 1
+               for ins, is_concat in zip(inputs, concat) if is_concat for t in ins)
+
+
+def _ints(vector) -> list[int]:
+    """A flatbuffer int vector read as numpy (0 where the vector is absent) as a list."""
+    return [] if isinstance(vector, int) else vector.tolist()
 
 
 def _opcode(tfl: schema.ModelT, code: int) -> int:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
-from torch.fx import Graph, GraphModule, Node
+from torch.fx import Graph, Node
 
 
 @dataclass
@@ -23,8 +23,16 @@ class _Signature:
 
 
 @dataclass
+class _GraphOnly:
+    """What the converter reads of a GraphModule: its graph. A GraphModule would generate
+    the graph's Python code, which a trial conversion never runs."""
+
+    graph: Graph
+
+
+@dataclass
 class PartitionView:
-    graph_module: GraphModule
+    graph_module: _GraphOnly
     graph_signature: _Signature
     state_dict: dict
     constants: dict
@@ -63,7 +71,7 @@ def partition_view(program: ExportedProgram, nodes: list[Node]) -> PartitionView
         env[node] = graph.node_copy(node, lambda n: env[n])
     results = [env[n] for n in nodes if any(u not in owned for u in n.users)]
     graph.output(tuple(results))
-    return PartitionView(GraphModule({}, graph), view_sig, program.state_dict,
+    return PartitionView(_GraphOnly(graph), view_sig, program.state_dict,
                          program.constants)
 
 

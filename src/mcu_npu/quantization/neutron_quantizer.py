@@ -9,6 +9,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
+from ..passes.aten._recurrent import one_recompile
 from ..progress import counted
 from ..upstream.patches import (conv_bn_rewrites_where_they_match,
                                 observer_names_in_linear_time, pattern_graphs_traced_once)
@@ -69,9 +70,10 @@ class NeutronQuantizer(Quantizer):
         return self.specs16 if follows_input(node, int16_input) else self.specs
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
-        for p in self.aten_passes:
-            result = p(model)
-            model = result.graph_module if result is not None else model
+        with one_recompile():  # the passes edit graphs only: their code is made once
+            for p in self.aten_passes:
+                result = p(model)
+                model = result.graph_module if result is not None else model
         return model
 
     def annotate(self, model: GraphModule) -> GraphModule:

@@ -27,12 +27,15 @@ def _tensor(t: schema.TensorT) -> str:
 
 
 def op_names(buffer: bytes) -> list[str]:
-    """Builtin (or custom) operator name of every operator, in order."""
-    model = load_model(buffer)
+    """Builtin (or custom) operator name of every operator, in order (read through the
+    flatbuffer's accessors: no object-API copy of the weights)."""
+    model = schema.Model.GetRootAs(buffer, 0)
+    graph = model.Subgraphs(0)
     names = []
-    for op in model.subgraphs[0].operators:
-        code = model.operatorCodes[op.opcodeIndex]
-        names.append(code.customCode.decode() if code.customCode else BUILTIN_NAMES[code.builtinCode])
+    for k in range(graph.OperatorsLength()):
+        code = model.OperatorCodes(graph.Operators(k).OpcodeIndex())
+        custom = code.CustomCode()
+        names.append(custom.decode() if custom else BUILTIN_NAMES[code.BuiltinCode()])
     return names
 
 

@@ -77,8 +77,7 @@ def to_edge_in_place(ep: ExportedProgram, config: EdgeCompileConfig) -> EdgeProg
             node.target = aten_to_edge(node.target)
             _clone_as_dim_order(node)
             node._rename(gm.graph._target_to_str(node.target))  # the name a re-trace gives
-    _mark_sources(gm)
-    gm.recompile()
+    _mark_sources(gm)  # gm's own code is stale now: the ExportedProgram makes its module anew
     edge = ExportedProgram(
         root=gm, graph=gm.graph,
         graph_signature=_get_updated_graph_signature(ep.graph_signature, gm),

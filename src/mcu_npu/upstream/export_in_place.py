@@ -60,16 +60,15 @@ def export_in_place(reference: GraphModule, example_inputs: tuple) -> ExportedPr
     if copied is None:
         return None
     graph, specs = copied
-    gm = GraphModule(torch.nn.Module(), graph)
     state = {**params, **buffers}
-    if not _propagate(gm, [*state.values(), *example_inputs]):
+    if not _propagate(graph, [*state.values(), *example_inputs]):
         return None
     out_specs = [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(o.name), None)
                  for o in graph.output_node().args[0]]
     call = ModuleCallEntry("", ModuleCallSignature(
         inputs=[], outputs=[], in_spec=info.in_spec, out_spec=info.out_spec,
         forward_arg_names=list(info.orig_args)))
-    return ExportedProgram(root=gm, graph=graph,
+    return ExportedProgram(root=torch.nn.Module(), graph=graph,
                            graph_signature=ExportGraphSignature(specs, out_specs),
                            state_dict=state, range_constraints={}, module_call_graph=[call],
                            verifiers=[TrainingIRVerifier])
@@ -138,18 +137,20 @@ def _lifted_copy(reference: GraphModule, info, lifted: dict):
     return graph, specs
 
 
-def _propagate(gm: GraphModule, inputs: list[torch.Tensor]) -> bool:
-    """Attach every node's fake value, as the trace would; False when an op gives none."""
+def _propagate(graph: torch.fx.Graph, inputs: list[torch.Tensor]) -> bool:
+    """Attach every node's fake value, as the trace would; False when an op gives none.
+    The graph is interpreted on its own: the ExportedProgram makes its GraphModule (and its
+    Python code) once, afterwards."""
     fake_mode = detect_fake_mode() or FakeTensorMode(allow_non_fake_inputs=True)
     with fake_mode:
         fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in inputs]
     try:
-        propagate(gm, fake_mode, *fakes)
+        propagate(graph, fake_mode, *fakes)
     except Exception:  # an op fake tensors cannot run: leave it to the trace
         return False
-    gm.graph.output_node().meta.pop("val", None)
+    graph.output_node().meta.pop("val", None)
     return all(isinstance(n.meta.get("val"), (torch.Tensor, tuple, list))
-               for n in gm.graph.nodes
+               for n in graph.nodes
                if n.op == "call_function" and n.target is not operator.getitem)
 
 

@@ -13,6 +13,8 @@ compiler folds into the consumer's addressing, where a select followed by a slic
 from __future__ import annotations
 
 import operator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -188,10 +190,34 @@ def replace_outputs(gm: GraphModule, node: Node, outputs: Sequence[Node]) -> Non
     gm.graph.erase_node(node)
 
 
+_PENDING: ContextVar[dict | None] = ContextVar("mcu_npu_pending_recompiles", default=None)
+
+
 def finish(gm: GraphModule) -> None:
-    """Check the edited graph and regenerate the module's code."""
+    """Check the edited graph and regenerate the module's code (inside ``one_recompile``:
+    when the sequence of passes ends)."""
     gm.graph.lint()
-    gm.recompile()
+    pending = _PENDING.get()
+    if pending is None:
+        gm.recompile()
+    else:
+        pending[id(gm)] = gm
+
+
+@contextmanager
+def one_recompile():
+    """Within, ``finish`` leaves each edited module's code to be regenerated once, on the
+    way out: a sequence of passes that only edit graphs (none runs a module) pays for one
+    code generation of the graph instead of one per pass, which on an unrolled recurrent
+    graph of thousands of nodes is most of what the passes cost."""
+    pending: dict = {}
+    token = _PENDING.set(pending)
+    try:
+        yield
+    finally:
+        _PENDING.reset(token)
+        for gm in pending.values():
+            gm.recompile()
 
 
 def replace_by_first_output(gm: GraphModule, node: Node, out: Node, items: bool) -> None:
