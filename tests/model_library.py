@@ -89,7 +89,7 @@ TEST_DEPTH: dict[str, dict] = {
     "vit_tiny_patch16_224": {"depth": 2},
     "levit_128s": {"depth": (1, 1, 1)},
     "convnext_atto": {"depths": (1, 1, 2, 1)},
-    "efficientnet_b0_gn": {"depth_multiplier": 0.5},
+    "efficientnet_b0_gn": {"depth_multiplier": 0.25},
     "mobilevit_xxs": {"blocks": 1, "transformer_depth": 1},
 }
 """How a test model gets fewer repeats of its blocks: timm keyword arguments, or for
