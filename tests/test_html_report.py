@@ -3,6 +3,8 @@ headless browser; ``mcu-npu report --html`` writes it; accuracy survives save/lo
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 import html
 import io
@@ -342,6 +344,27 @@ def test_page_renders_in_headless_chromium(compiled, page, tmp_path):
     for figure in ("1x3x8x8 \u2192 1x8x8x8", "NPU time per layer", "Program I/O (float)",
                    "NPU partition 0 ("):  # shapes, per-layer time, I/O, outlines drawn
         assert figure in text, figure
+
+
+def test_text_sections_wrap_their_long_lines_in_a_narrow_window(compiled, tmp_path):
+    """The calibration and precision sections are preformatted text whose lines run long
+    (auto's verdict names two SQNRs): in a 600-pixel window every line stays within the
+    page, none is cut at its right edge."""
+    report = copy.deepcopy(compiled[0].report)
+    report.calibration = {**(report.calibration or {}), "method": "auto", "check": {
+        "kept": "minmax", "samples": 32, "auto_sqnr_db": 37.97, "minmax_sqnr_db": 38.19}}
+    page = report.to_html()
+    assert "<section id=\"calibration\"><h2>Calibration</h2><pre>" in page
+    probe = ("<script>addEventListener('load',()=>{document.body.dataset.cut=JSON.stringify("
+             "[...document.querySelectorAll('section>pre')].filter(p=>p.scrollWidth>"
+             "p.clientWidth).map(p=>p.parentElement.id));"
+             "document.body.dataset.pres=document.querySelectorAll('section>pre').length})"
+             "</script>")
+    path = tmp_path / "narrow.html"
+    path.write_text(page.replace("</body>", probe + "</body>"))
+    dom = _chromium(["--window-size=600,700", "--dump-dom", path.as_uri()], tmp_path)
+    assert re.search(r'data-pres="[1-9]', dom), "no preformatted section was measured"
+    assert 'data-cut="[]"' in dom, re.search(r'data-cut="[^"]*"', dom).group(0)
 
 
 # the command line and the file ----------------------------------------------------------

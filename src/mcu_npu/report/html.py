@@ -52,6 +52,7 @@ tr.lossy td{background:#fde8e8}
 .bar span{position:absolute;top:0;bottom:0}
 .over{color:#b91c1c;font-weight:650}.ok{color:#15803d;font-weight:650}
 code{font-size:12px}.stat{display:inline-block;margin-right:14px;white-space:nowrap}
+section>pre{white-space:pre-wrap;overflow-wrap:anywhere}
 svg text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif}
 """
 
