@@ -28,6 +28,17 @@ PENDING = 1 << 20
 """Values ``Binned.add`` holds before binning them together."""
 
 
+def _flushed(name: str) -> property:
+    """A read-only view of attribute ``name`` of a ``Binned``, read once the values its
+    ``add`` holds back are binned."""
+
+    def read(self):
+        self._flush()
+        return getattr(self, name)
+
+    return property(read)
+
+
 class Binned:
     """Min, max, zeros and a power-of-two-width histogram of the values seen (float64)."""
 
@@ -71,35 +82,12 @@ class Binned:
             pending, self._pending, self._pending_size = self._pending, [], 0
             self._add(np.concatenate(pending))
 
-    @property
-    def min(self) -> float:
-        self._flush()
-        return self._min
-
-    @property
-    def max(self) -> float:
-        self._flush()
-        return self._max
-
-    @property
-    def zeros(self) -> int:
-        self._flush()
-        return self._zeros
-
-    @property
-    def width(self) -> float:
-        self._flush()
-        return self._width
-
-    @property
-    def first(self) -> int:
-        self._flush()
-        return self._first
-
-    @property
-    def counts(self) -> np.ndarray:
-        self._flush()
-        return self._counts
+    min = _flushed("_min")
+    max = _flushed("_max")
+    zeros = _flushed("_zeros")
+    width = _flushed("_width")
+    first = _flushed("_first")
+    counts = _flushed("_counts")
 
     def _add(self, x: np.ndarray) -> None:
         lo, hi = float(x.min()), float(x.max())
