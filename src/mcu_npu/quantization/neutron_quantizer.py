@@ -318,16 +318,14 @@ def quantize_qat(
 
     with conv_bn_rewrites_where_they_match(), pattern_graphs_traced_once():
         prepared = prepare_qat_pt2e(model, quantizer)
-    with torch.no_grad():
-        for sample in calibration:
-            prepared(*sample)
-    with pattern_graphs_traced_once():
+        with torch.no_grad():
+            for sample in calibration:
+                prepared(*sample)
         move_exported_model_to_train(prepared)
-    train_fn(prepared)
-    with pattern_graphs_traced_once():
-        move_exported_model_to_eval(prepared)
-    records = calibration_records(prepared)
+    train_fn(prepared)  # the user's code runs with torchao as it is
     with conv_bn_rewrites_where_they_match(), pattern_graphs_traced_once():
+        move_exported_model_to_eval(prepared)
+        records = calibration_records(prepared)
         reference = convert_pt2e(prepared)
     reference.meta[CALIBRATION_KEY] = records
     return reference
