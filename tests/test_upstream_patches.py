@@ -263,14 +263,15 @@ def test_rewrite_patterns_are_traced_once_and_handed_out_as_copies(monkeypatch):
     from torchao.quantization.pt2e.export_utils import WrapperModule
 
     traced = []
-    trace = utils._get_aten_graph_module_for_pattern
+    trace = upstream_patches._trace_pattern
 
     def counting(pattern, example_inputs, is_cuda=False, **kwargs):
         traced.append(pattern)
         return trace(pattern, example_inputs, is_cuda, **kwargs)
 
-    monkeypatch.setattr(utils, "_get_aten_graph_module_for_pattern", counting)
+    monkeypatch.setattr(upstream_patches, "_trace_pattern", counting)
     monkeypatch.setattr(upstream_patches, "_PATTERN_GRAPHS", {})
+    torchao_trace = utils._get_aten_graph_module_for_pattern
 
     def pattern(scale):  # a new closure on each call, as torchao builds its patterns
         return WrapperModule(lambda x, w: torch.nn.functional.conv2d(x, w) * scale)
@@ -284,11 +285,66 @@ def test_rewrite_patterns_are_traced_once_and_handed_out_as_copies(monkeypatch):
         again = get(pattern(2.0), (x, w))              # same code, closure and shapes
         other_scale = get(pattern(3.0), (x, w))        # another closure value
         other_shape = get(pattern(2.0), (torch.randn(1, 1, 4, 4), w))
-    assert utils._get_aten_graph_module_for_pattern is counting
-    assert qat_utils._get_aten_graph_module_for_pattern is trace
+    assert utils._get_aten_graph_module_for_pattern is torchao_trace
+    assert qat_utils._get_aten_graph_module_for_pattern is torchao_trace
     assert len(traced) == 3
     # the copy handed out first was changed; the one handed out again is whole
     assert str(again.graph) == str(trace(pattern(2.0), (x, w)).graph)
     assert 3.0 in [a for n in other_scale.graph.nodes for a in n.args]
     assert other_shape is not again
+
+
+def _graph_form(gm) -> list[tuple]:
+    """A graph as a pattern matcher sees it: each node's kind, target and arguments, with
+    nodes named by their position (names differ between tracers and do not match)."""
+    index = {n: i for i, n in enumerate(gm.graph.nodes)}
+
+    def arg(a):
+        if isinstance(a, torch.fx.Node):
+            return ("node", index[a])
+        if isinstance(a, (list, tuple)):
+            return tuple(arg(x) for x in a)
+        return a
+
+    return [(n.op, n.target if n.op != "placeholder" else None, arg(n.args),
+             tuple(sorted((k, arg(v)) for k, v in n.kwargs.items()))) for n in gm.graph.nodes]
+
+
+def test_non_strict_pattern_traces_are_the_graphs_torchao_traces(monkeypatch):
+    """Every pattern function a conv + BatchNorm QAT prepare and convert asks for traces to
+    the graph torchao's strict export gives (its first request, with its inputs)."""
+    from torchao.quantization.pt2e import utils
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
+
+    requests = {}
+    trace = upstream_patches._trace_pattern
+
+    def recording(pattern, example_inputs, is_cuda=False, **kwargs):
+        code = getattr(pattern, "fn", pattern).__code__
+        requests.setdefault(code, (pattern, example_inputs, is_cuda, kwargs))
+        return trace(pattern, example_inputs, is_cuda, **kwargs)
+
+    monkeypatch.setattr(upstream_patches, "_trace_pattern", recording)
+    monkeypatch.setattr(upstream_patches, "_PATTERN_GRAPHS", {})
+
+    class ConvBN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return torch.relu(self.bn(self.conv(x)))
+
+    x = torch.randn(2, 3, 6, 6)
+    with upstream_patches.pattern_graphs_traced_once():
+        gm = torch.export.export(ConvBN().train(), (x,)).module(check_guards=False)
+        prepared = prepare_qat_pt2e(gm, NeutronQuantizer(is_qat=True))
+        prepared(x)
+        convert_pt2e(prepared)
+    assert len(requests) >= 4  # the fuse's and the fold's pattern functions
+    for pattern, example_inputs, is_cuda, kwargs in requests.values():
+        ours = trace(pattern, example_inputs, is_cuda, **kwargs)
+        theirs = utils._get_aten_graph_module_for_pattern(pattern, example_inputs, is_cuda,
+                                                          **kwargs)
+        assert _graph_form(ours) == _graph_form(theirs), getattr(pattern, "fn", pattern)
 

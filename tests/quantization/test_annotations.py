@@ -15,6 +15,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, 
 
 from op_cases import Fn
 from mcu_npu.quantization import NeutronQuantizer
+from mcu_npu.upstream.patches import pattern_graphs_traced_once
 
 aten = torch.ops.aten
 qd = torch.ops.quantized_decomposed
@@ -301,7 +302,8 @@ def test_qat_prepare_train_convert():
     x = torch.randn(8, 3, 8, 8)
     target = torch.randint(0, 4, (8,))
     gm = torch.export.export(model.train(), (x,)).module()
-    p = prepare_qat_pt2e(gm, NeutronQuantizer(is_qat=True))
+    with pattern_graphs_traced_once():  # as mcu_npu runs torchao's QAT rewrites
+        p = prepare_qat_pt2e(gm, NeutronQuantizer(is_qat=True))
     fake_quants = [m for m in p.modules() if isinstance(m, FakeQuantize)]
     assert len(fake_quants) >= 5  # input, conv weight, relu out, pool/fc in, fc weight, fc out
 
@@ -319,10 +321,11 @@ def test_qat_prepare_train_convert():
 
     from torchao.quantization.pt2e import move_exported_model_to_eval
 
-    move_exported_model_to_eval(p)
-    with torch.no_grad():
-        simulated = p(x)
-    c = convert_pt2e(p)
+    with pattern_graphs_traced_once():
+        move_exported_model_to_eval(p)
+        with torch.no_grad():
+            simulated = p(x)
+        c = convert_pt2e(p)
     assert not nodes(c, *BN_TARGETS), "conv + BN must be folded by convert_pt2e"
     conv = only(c, aten.conv2d.default)
     (relu,) = conv.users

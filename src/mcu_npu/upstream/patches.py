@@ -20,8 +20,8 @@ attribute or behaviour it relies on, so an upgrade that changes it fails there f
   convolution feeds a BatchNorm, by swapping the names ``quantize_pt2e`` calls them by
   (its tests: ``tests/quantization/test_conv_bn_rewrite_guard.py``).
 * ``pattern_graphs_traced_once`` -- traces each of torchao's QAT rewrite patterns (conv +
-  BatchNorm, BatchNorm and dropout train/eval) once per process and hands out copies, by
-  swapping the name its rewrites call the tracer by.
+  BatchNorm, BatchNorm and dropout train/eval) once per process, with a non-strict export,
+  and hands out copies, by swapping the name its rewrites call the tracer by.
 * ``observer_names_in_linear_time`` -- gives ``prepare_pt2e``'s observers the names it
   gives them, without re-testing every taken name for each new observer, by swapping the
   name factory ``torch.ao.quantization.fx.prepare`` calls.
@@ -255,29 +255,31 @@ _PATTERN_GRAPHS: dict = {}
 def pattern_graphs_traced_once():
     """Within the block, torchao's pattern rewrites (QAT conv + BatchNorm fuse and fold,
     ``move_exported_model_to_eval`` / ``_to_train``) get each pattern graph traced once per
-    process: later requests for the same pattern get a deep copy of the first trace.
+    process, by a non-strict export: later requests for the same pattern get a deep copy of
+    the first trace.
 
     What: replaces ``_get_aten_graph_module_for_pattern`` in
     ``torchao.quantization.pt2e.utils`` (which ``export_utils`` imports when it rewrites)
     and ``qat_utils`` (which imported it) by a function that keys each request on the
     pattern's code, its closure's values and defaults, the example inputs' shapes and dtypes
     (values for non-tensors), the keyword inputs likewise and the grad mode
-    (``_pattern_key``), then restores them. A request it cannot key (an unhashable closure
-    value) is traced as before.
+    (``_pattern_key``) and traces a new one with ``_trace_pattern``, then restores them. A
+    request it cannot key (an unhashable closure value) is traced on every call.
 
-    Why: the function runs a strict ``torch.export`` of a small pattern on every call, and
-    each rewrite asks for the same patterns again (the fold alone: 14 per convolution kind),
-    for every compile: 10 s or more of a QAT compile and of every later one in the same
-    process (a precision search, a sweep, a second target), all tracing the same Python
-    functions on the same shapes. A pattern's graph depends on only what the key holds. It
-    goes when torchao caches its pattern graphs.
+    Why: the function runs a strict ``torch.export`` (TorchDynamo) of a small pattern on
+    every call, and each rewrite asks for the same patterns again (the fold alone: 14 per
+    convolution kind), for every compile: 20 s or more of a QAT compile and of every later
+    one in the same process (a precision search, a sweep, a second target), all tracing the
+    same Python functions on the same shapes. A pattern's graph depends on only what the key
+    holds, and the patterns are plain ATen calls, which a non-strict export traces to the
+    same graph in a tenth of the time. It goes when torchao caches its pattern graphs.
     """
     import copy
 
     from torchao.quantization.pt2e import qat_utils, utils
 
     saved = utils._get_aten_graph_module_for_pattern, qat_utils._get_aten_graph_module_for_pattern
-    trace = saved[0]
+    trace = _trace_pattern
 
     def once(pattern, example_inputs, is_cuda=False, **kwargs):
         key = _pattern_key(pattern, example_inputs, is_cuda, kwargs)
@@ -293,6 +295,27 @@ def pattern_graphs_traced_once():
     finally:
         utils._get_aten_graph_module_for_pattern, \
             qat_utils._get_aten_graph_module_for_pattern = saved
+
+
+def _trace_pattern(pattern, example_inputs, is_cuda=False, **kwargs) -> GraphModule:
+    """``pattern``'s ATen graph as torchao's ``_get_aten_graph_module_for_pattern`` makes
+    it, traced by a non-strict export: its dead code removed and the ``copy_`` nodes that
+    ``module()`` adds for mutated inputs dropped (a pattern matches without them)."""
+    import torch
+
+    if is_cuda:
+        example_inputs = tuple(x.cuda() if isinstance(x, torch.Tensor) else x
+                               for x in example_inputs)
+    graph_module = torch.export.export(pattern, tuple(example_inputs), kwargs,
+                                       strict=False).module(check_guards=False)
+    graph = graph_module.graph
+    graph.eliminate_dead_code()
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target == torch.ops.aten.copy_.default \
+                and not node.users:
+            graph.erase_node(node)
+    graph_module.recompile()
+    return graph_module
 
 
 def _pattern_key(pattern, example_inputs, is_cuda, kwargs):
