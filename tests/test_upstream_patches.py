@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import inspect
+import operator
 import subprocess
 import sys
 import textwrap
@@ -348,3 +349,88 @@ def test_non_strict_pattern_traces_are_the_graphs_torchao_traces(monkeypatch):
                                                           **kwargs)
         assert _graph_form(ours) == _graph_form(theirs), getattr(pattern, "fn", pattern)
 
+
+
+# --- graph_code_on_first_use ----------------------------------------------------------------------
+class _AddOne(nn.Module):
+    def forward(self, x, scale):
+        return x * scale + 1
+
+
+def _edited(gm):
+    """``gm`` with its ``+ 1`` turned into ``+ 2`` in the graph (the code not regenerated)."""
+    add = next(n for n in gm.graph.nodes if n.target is operator.add)
+    add.args = (add.args[0], 2)
+    return gm
+
+
+def test_graph_code_is_generated_when_the_module_is_used():
+    x = torch.arange(4.0)
+    gm = torch.fx.symbolic_trace(_AddOne())
+    old_code = gm.code
+    with upstream_patches.graph_code_on_first_use():
+        assert torch.fx.GraphModule.recompile is not upstream_patches._EAGER_RECOMPILE
+        _edited(gm).recompile()
+        assert gm.__dict__["_code"] == old_code  # nothing generated yet
+        assert torch.equal(gm(x, 3.0), x * 3 + 2)  # the call generates it
+        assert "+ 2" in gm.__dict__["_code"]
+        gm.graph.lint()
+        gm.recompile()
+        assert "+ 2" in gm.code  # reading the code generates it
+    assert torch.fx.GraphModule.recompile is upstream_patches._EAGER_RECOMPILE
+
+
+def test_a_module_left_pending_generates_its_code_on_first_use_after_the_block():
+    x = torch.arange(4.0)
+    pending = []
+    with upstream_patches.graph_code_on_first_use():
+        with upstream_patches.graph_code_on_first_use():  # nested: installed once
+            pass
+        assert torch.fx.GraphModule.recompile is not upstream_patches._EAGER_RECOMPILE
+        for _ in range(5):
+            gm = torch.fx.symbolic_trace(_AddOne())  # its constructor recompiles, too
+            _edited(gm).recompile()
+            pending.append(gm)
+    by_call, by_code, by_str, by_pickle, by_copy = pending
+    assert list(inspect.signature(by_call.forward).parameters) == ["x", "scale"]
+    assert torch.equal(by_call(x, 3.0), x * 3 + 2)
+    assert "+ 2" in by_code.code
+    assert "+ 2" in str(by_str)
+    import pickle
+
+    assert torch.equal(pickle.loads(pickle.dumps(by_pickle))(x, 3.0), x * 3 + 2)
+    assert torch.equal(copy.deepcopy(by_copy)(x, 3.0), x * 3 + 2)
+    assert torch.equal(by_copy(x, 3.0), x * 3 + 2)
+
+
+def test_graph_code_on_first_use_gives_the_same_program(monkeypatch):
+    from contextlib import nullcontext
+
+    import mcu_npu
+    from mcu_npu.flow import run
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(3, 8, 3), nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc(torch.sigmoid(self.conv(x)).mean((2, 3)))
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    g = torch.Generator().manual_seed(1)
+    cal = [(torch.randn(1, 3, 8, 8, generator=g),) for _ in range(8)]
+
+    def compiled():  # the sigmoid on the Cortex-M kernels, the rest on the NPU
+        return mcu_npu.compile(model, cal[0], target="corstone-300", calibration=cal,
+                               operators_not_to_delegate=["sigmoid"])
+
+    lazy = compiled()
+    monkeypatch.setattr(run, "graph_code_on_first_use", nullcontext)
+    eager = compiled()
+    assert lazy.buffer == eager.buffer
+    assert lazy.report.accuracy == eager.report.accuracy
+    for (x,) in cal:
+        for a, b in zip(lazy.run(x), eager.run(x)):
+            assert torch.equal(a, b)

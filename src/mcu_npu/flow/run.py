@@ -15,6 +15,7 @@ from ..graph.module_names import module_meta, restore_module_meta
 from ..partition.plan import Plan
 from ..quantization.pinned_inputs import pinned
 from ..quantization.precision import PrecisionRequest
+from ..upstream.patches import graph_code_on_first_use
 from ..report import Report
 from .check import check_program
 from .export import export, in_eval_mode
@@ -63,7 +64,19 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the
     ``Compiled.plan`` of a compile of the same model for the same target and options (the
-    precision search's trials), used where it was made for the graph."""
+    precision search's trials), used where it was made for the graph. Graph modules get
+    their code when it is used (``upstream.patches.graph_code_on_first_use``)."""
+    with graph_code_on_first_use():
+        return _run(model, example_inputs, target, calibration, npu_compiler,
+                    operators_not_to_delegate, train_fn, io, deployable, strict,
+                    accuracy_samples, precision, memory, stacklevel + 1, keep_edges, plan,
+                    calibration_method, inputs, outputs)
+
+
+def _run(model, example_inputs, target, calibration, npu_compiler, operators_not_to_delegate,
+         train_fn, io, deployable, strict, accuracy_samples, precision, memory, stacklevel,
+         keep_edges, plan, calibration_method, inputs, outputs) -> Compiled:
+    """``compile_program``'s stages (``stacklevel`` counted from here)."""
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
                            memory, calibration_method=calibration_method,
