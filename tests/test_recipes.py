@@ -118,3 +118,25 @@ def test_qat_recipe_is_at_least_as_accurate_as_ptq():
     print(f"PTQ {ptq:.1f}%  QAT {qat:.1f}%")
     assert ptq >= 90.0
     assert qat >= ptq, (ptq, qat)
+
+
+def test_recipe_runs_torchao_within_the_patches_compile_runs_it_in():
+    from torch.fx import GraphModule
+    from torchao.quantization.pt2e import utils as torchao_utils
+
+    from mcu_npu.upstream import patches
+
+    recipe = get_imxrt700_recipe().quantization_recipe
+    (begin,), (end,) = recipe.pre_prepare_passes, recipe.post_convert_passes
+    tracer = torchao_utils._get_aten_graph_module_for_pattern
+    model = torch.fx.symbolic_trace(torch.nn.ReLU())
+    assert begin(model) is model
+    try:
+        assert GraphModule.recompile is not patches._EAGER_RECOMPILE
+        assert torchao_utils._get_aten_graph_module_for_pattern is not tracer
+        begin(model)  # a second begin (after a stage raised) does not enter them twice
+    finally:
+        assert end(model) is model
+    assert GraphModule.recompile is patches._EAGER_RECOMPILE
+    assert torchao_utils._get_aten_graph_module_for_pattern is tracer
+    end(model)

@@ -30,7 +30,7 @@ from .flow.rewrite import default_aten_passes
 from .partition import NeutronPartitioner
 from .quantization import NeutronQuantizer
 from .quantization.composed import TargetQuantizer
-from .quantization.neutron_quantizer import (begin_float64_calibration,
+from .quantization.neutron_quantizer import (RecipePatches, begin_float64_calibration,
                                              end_float64_calibration, whole_model_check)
 from .targets import NpuKind, get_target
 
@@ -103,11 +103,13 @@ def neutron_recipe(
     partitioner = NeutronPartitioner(tgt, excluded, npu_compiler)
     samples = None if calibration is None else [tuple(s) if isinstance(s, (list, tuple))
                                                 else (s,) for s in calibration]
+    patches = RecipePatches()
     return ExportRecipe(
         name=f"{tgt.name}_{recipe_type.value}",
         quantization_recipe=QuantizationRecipe(
             quantizers=[quantizer], is_qat=is_qat, train_fn=train_fn,
             calibration_inputs_fn=(lambda: samples) if samples is not None else None,
+            pre_prepare_passes=[patches.begin], post_convert_passes=[patches.end],
             # PTQ calibrates in float64, as compile() does, so ranges match on every host
             post_prepare_passes=None if is_qat else [begin_float64_calibration],
             pre_convert_passes=None if is_qat else [

@@ -11,7 +11,7 @@ from torchao.quantization.pt2e.quantizer import Quantizer
 
 from ..passes.aten._recurrent import one_recompile
 from ..progress import counted
-from ..upstream.patches import (conv_bn_rewrites_where_they_match,
+from ..upstream.patches import (conv_bn_rewrites_where_they_match, graph_code_on_first_use,
                                 observer_names_in_linear_time, pattern_graphs_traced_once)
 from .calibration import DEFAULT, check_method
 from .calibration.records import CALIBRATION_KEY, calibration_records
@@ -117,10 +117,10 @@ def quantize(
 
     The result is the quantized reference: running it in PyTorch gives the numbers an int8
     deployment must reproduce. Its ``meta[CALIBRATION_KEY]`` holds how each activation's
-    range was chosen (``calibration.records.calibration_records``). torchao's QAT conv + BatchNorm rewrites run only where they
-    can match (``upstream.patches.conv_bn_rewrites_where_they_match``) on patterns traced
-    once per process (``pattern_graphs_traced_once``), and observers are named in linear
-    time (``observer_names_in_linear_time``).
+    range was chosen (``calibration.records.calibration_records``). torchao runs within
+    ``torchao_as_quantize_runs_it``: its QAT conv + BatchNorm rewrites only where they can
+    match, on patterns traced once per process, observers named in linear time and graph
+    code generated when it is used.
     """
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
@@ -129,8 +129,7 @@ def quantize(
         model = torch.export.export(model.eval(), tuple(example_inputs)).module(
             check_guards=False
         )
-    with conv_bn_rewrites_where_they_match(), pattern_graphs_traced_once(), \
-            observer_names_in_linear_time():
+    with torchao_as_quantize_runs_it():
         prepared = prepare_pt2e(model, quantizer)
         samples = list(calibration) if calibration is not None else [tuple(example_inputs)]
         outputs = calibrate(prepared, samples)
@@ -229,6 +228,39 @@ def end_float64_calibration(prepared: GraphModule) -> GraphModule:
     return prepared
 
 
+def torchao_as_quantize_runs_it() -> contextlib.ExitStack:
+    """The upstream patches ``quantize`` and ``quantize_qat`` run torchao's prepare and
+    convert within, entered on an ``ExitStack``."""
+    with contextlib.ExitStack() as stack:
+        for patch in (conv_bn_rewrites_where_they_match, pattern_graphs_traced_once,
+                      observer_names_in_linear_time, graph_code_on_first_use):
+            stack.enter_context(patch())
+        return stack.pop_all()
+
+
+class RecipePatches:
+    """For ExecuTorch's ``QuantizationRecipe``: ``begin`` (its pre-prepare pass) enters the
+    patches ``quantize`` runs torchao within (``torchao_as_quantize_runs_it``), ``end`` (its
+    post-convert pass) leaves them, so a recipe's prepare and convert run as fast as
+    ``compile``'s. A QAT recipe's ``train_fn`` runs between the two; the patches give it the
+    graphs torchao gives. A stage that raises in between leaves them entered until the next
+    ``begin`` or ``end``: they change how fast torchao runs, not what it gives."""
+
+    def __init__(self):
+        self._entered: contextlib.ExitStack | None = None
+
+    def begin(self, model: GraphModule) -> GraphModule:
+        self.end(model)
+        self._entered = torchao_as_quantize_runs_it()
+        return model
+
+    def end(self, model: GraphModule) -> GraphModule:
+        if self._entered is not None:
+            self._entered.close()
+            self._entered = None
+        return model
+
+
 def whole_model_check(prepared: GraphModule) -> GraphModule:
     """A pre-convert pass (after ``end_float64_calibration``) for ExecuTorch's
     ``QuantizationRecipe``: auto's whole-model check on the calibration runs, so a recipe
@@ -316,14 +348,14 @@ def quantize_qat(
     from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
 
-    with conv_bn_rewrites_where_they_match(), pattern_graphs_traced_once():
+    with torchao_as_quantize_runs_it():
         prepared = prepare_qat_pt2e(model, quantizer)
         with torch.no_grad():
             for sample in calibration:
                 prepared(*sample)
         move_exported_model_to_train(prepared)
     train_fn(prepared)  # the user's code runs with torchao as it is
-    with conv_bn_rewrites_where_they_match(), pattern_graphs_traced_once():
+    with torchao_as_quantize_runs_it():
         move_exported_model_to_eval(prepared)
         records = calibration_records(prepared)
         reference = convert_pt2e(prepared)
