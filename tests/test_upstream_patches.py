@@ -123,16 +123,20 @@ def test_cortex_m_quantizer_takes_no_node_filter_and_exposes_node_finders():
     assert "self.node_finder.find_nodes(model)" in inspect.getsource(pattern_quantizer.annotate)
 
 
+class ConvLinear(nn.Module):
+    """A convolution, ``act``, a spatial mean and a linear layer."""
+
+    def __init__(self, act=torch.relu):
+        super().__init__()
+        self.act = act
+        self.conv, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(self.act(self.conv(x)).mean((2, 3)))
+
+
 def _annotated(keep) -> set[str]:
     from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
-
-    class ConvLinear(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(4, 2)
-
-        def forward(self, x):
-            return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
 
     x = (torch.randn(1, 3, 6, 6),)
     quantizer = _cortex_m_quantizer()
@@ -409,16 +413,8 @@ def test_graph_code_on_first_use_gives_the_same_program(monkeypatch):
     import mcu_npu
     from mcu_npu.flow import run
 
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv, self.fc = nn.Conv2d(3, 8, 3), nn.Linear(8, 4)
-
-        def forward(self, x):
-            return self.fc(torch.sigmoid(self.conv(x)).mean((2, 3)))
-
     torch.manual_seed(0)
-    model = Net().eval()
+    model = ConvLinear(torch.sigmoid).eval()
     g = torch.Generator().manual_seed(1)
     cal = [(torch.randn(1, 3, 8, 8, generator=g),) for _ in range(8)]
 
