@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from torch.fx import GraphModule, Node
+from torch.fx._lazy_graph_module import _LazyGraphModule
+from torch.fx.graph import _PyTreeCodeGen
 
 WRITTEN_AGAINST = {"executorch": "1.5.1", "torch": "2.13"}
 
@@ -445,9 +447,6 @@ _ON_FIRST_USE = {"forward": _PENDING, "code": property(_code_on_first_use),
 
 def _recompile_on_first_use(module):
     """``GraphModule.recompile`` that leaves the code to be generated when it is used."""
-    from torch.fx._lazy_graph_module import _LazyGraphModule
-    from torch.fx.graph import _PyTreeCodeGen
-
     if isinstance(module, _LazyGraphModule) or getattr(_LAZY, "eager", False):
         return _EAGER_RECOMPILE(module)
     codegen = module.graph._codegen
