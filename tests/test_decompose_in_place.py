@@ -21,8 +21,9 @@ from test_edge_dialect import _structure
 
 
 class Mixed(nn.Module):
-    """Every rewritten op: convolutions of each kind, flatten, transpose, contiguous,
-    unflatten, squeeze, softmax, dropout (eval) and zeros."""
+    """Every rewritten op: convolutions of each kind, flatten (of a contiguous tensor, of
+    a strided one a view can flatten, of one it cannot, and of one dim), transpose,
+    contiguous, unflatten, squeeze, softmax, dropout (eval) and zeros."""
 
     def __init__(self):
         super().__init__()
@@ -36,7 +37,9 @@ class Mixed(nn.Module):
         z = self.conv1d(y.flatten(2))                          # [1, 4, 14]
         t = z.transpose(1, 2).contiguous().unflatten(1, (2, 7))
         s = F.dropout(F.softmax(t.unsqueeze(0).squeeze(0), -1), 0.1, training=False)
-        return s + torch.zeros(s.shape), self.up(y), self.up1d(z)
+        half = y[:, :, :2]                                     # [1, 4, 2, 4], strided
+        strided = half.permute(0, 2, 3, 1).flatten(1, 2) + half.flatten(2).transpose(1, 2)
+        return s + torch.zeros(s.shape), self.up(y), self.up1d(z.flatten(2)), strided
 
 
 class ConvNet(nn.Module):
@@ -116,12 +119,13 @@ def test_a_later_read_of_the_mutated_value_reads_the_functional_result(monkeypat
 
 
 class Kept(nn.Module):
-    """Forms with more than one node after decomposition, and an in-place op on a view."""
+    """Forms left to the decomposition: a dtype softmax, a flatten of one dim that is an
+    output, and an in-place op on a view."""
 
     def forward(self, x):
         y = x * 1
         y[:, :2].relu_()  # writes through the view into ``y``
-        return F.softmax(x, -1, dtype=torch.float64), x.permute(0, 2, 1).flatten(1), y
+        return F.softmax(x, -1, dtype=torch.float64), x.permute(0, 2, 1).flatten(2), y
 
 
 def test_other_forms_are_left_to_the_decomposition():

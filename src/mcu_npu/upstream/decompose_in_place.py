@@ -1,4 +1,4 @@
-"""Core-ATen decompositions that rewrite one node into one (or two), done on the graph as it is.
+"""Core-ATen decompositions that rewrite a node into at most two, done on the graph as it is.
 
 ``to_edge``'s decomposition re-traces the whole program on fake tensors as soon as one op in
 it decomposes, and the Edge passes after it then re-trace it again (``upstream.edge_dialect``): an
@@ -15,7 +15,9 @@ op and arguments the decomposition produces:
 ``softmax.int(x, d)``                  ``_softmax(x, d, False)``
 ``contiguous(x)``                      ``clone(x, memory_format=contiguous_format)``
 ``dropout(x, p, train=False)``         ``clone(x)``
-``flatten.using_ints(x, a, b)``        ``view(x, output shape)`` (``x`` contiguous)
+``flatten.using_ints(x, a, b)``        ``view(x, output shape)`` where ``x``'s strides allow
+                                       a view, else ``view(clone(x), output shape)``; ``x``
+                                       itself when ``a`` and ``b`` are one dim
 ``conv1d`` / ``conv2d``                ``convolution(..., transposed=False, ...)``
 ``conv_transpose1d`` / ``2d``          ``convolution(..., transposed=True, ...)``
 ``reshape_as(x, y)``                   ``view(x, y's shape)`` (``x`` contiguous)
@@ -33,7 +35,7 @@ by an op that returns no view, with no view taken of it): the op becomes its fun
 form, and every later read of the mutated value reads that form's result.
 
 Any other form (a ``softmax`` with a dtype, a training ``dropout``, a ``contiguous`` to
-another memory format, a ``flatten`` of a strided tensor, a convolution with string
+another memory format, a ``flatten`` of one dim that is an output, a convolution with string
 padding, an in-place op on an input or a view) is left for the decomposition.
 """
 
@@ -64,12 +66,20 @@ def decompose_in_place(ep: torch.export.ExportedProgram, preserve_ops=()) -> boo
         rewrite = _REWRITES.get(node.target) \
             if node.op == "call_function" and node.target not in keep else None
         replacement = rewrite(node) if rewrite is not None else None
-        if replacement is not None:
+        if replacement is _DROPPED:
+            node.replace_all_uses_with(node.args[0])
+            ep.graph.erase_node(node)
+            changed = True
+        elif replacement is not None:
             node.target, node.args, node.kwargs = replacement
             changed = True
     if changed:
         ep.graph_module.recompile()
     return changed
+
+
+_DROPPED = object()
+"""A rewrite's answer for a node the decomposition drops: its readers read its input."""
 
 
 def _is_in_place(op) -> bool:
@@ -182,6 +192,39 @@ def _view_of_contiguous(node: Node):
     return aten.view.default, (node.args[0], shape), {}
 
 
+def _flatten(node: Node):
+    """``flatten`` as the decomposition makes it: dropped when it flattens one dim (its
+    readers read its input; left to the decomposition when it is an output), a ``view``
+    where the input's strides allow one, else a ``view`` of its contiguous ``clone`` (the
+    clone made before ``node``, which becomes the view; one source, as ``_max_pool2d``'s
+    pair)."""
+    x = node.args[0]
+    val = x.meta.get("val") if isinstance(x, Node) else None
+    shape = _shape(node)
+    if shape is None or not isinstance(val, torch.Tensor) or val.dim() == 0:
+        return None
+    start = node.args[1] if len(node.args) > 1 else node.kwargs.get("start_dim", 0)
+    end = node.args[2] if len(node.args) > 2 else node.kwargs.get("end_dim", -1)
+    if start % val.dim() == end % val.dim():
+        return None if any(u.op == "output" for u in node.users) else _DROPPED
+    try:
+        fake_value(aten.view.default, (x, shape))
+        return aten.view.default, (x, shape), {}
+    except (RuntimeError, ValueError):  # no view of these strides has that shape
+        pass
+    kwargs = {"memory_format": torch.contiguous_format}
+    copied = fake_value(aten.clone.default, (x,), kwargs)
+    if copied is None:
+        return None
+    graph = node.graph
+    with graph.inserting_before(node):
+        clone = graph.call_function(aten.clone.default, (x,), kwargs)
+    clone.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    clone.meta["val"] = copied
+    clone.meta["from_node"] = [NodeSource(node, pass_name="decompose_in_place")]
+    return aten.view.default, (clone, shape), {}
+
+
 def _conv(transposed: bool):
     def rewrite(node: Node):
         a = bind(node)
@@ -251,7 +294,7 @@ _REWRITES = {
     aten.softmax.int: _softmax,
     aten.contiguous.default: _contiguous,
     aten.dropout.default: _dropout,
-    aten.flatten.using_ints: _view_of_contiguous,
+    aten.flatten.using_ints: _flatten,
     aten.conv1d.default: _conv(False),
     aten.conv2d.default: _conv(False),
     aten.conv_transpose1d.default: _conv(True),
