@@ -13,12 +13,14 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch import nn
 
 import mcu_npu
 import mcu_npu.flow.lower as flow_lower
 from mcu_npu.backend import cortex_m_pass_skips as skips
-from mcu_npu.backend.cortex_m import _lowering_passes, _target_config, cortex_m_passes
+from mcu_npu.backend.cortex_m import CortexMLowering, _lowering_passes, _target_config, \
+    cortex_m_passes
 from mcu_npu.flow.serialize import to_executorch
 
 CORE = "cortex-m55"
@@ -82,7 +84,7 @@ CASES = {  # name -> (model, input shape, passes that must run)
 }
 
 
-class _FullLowering(mcu_npu.backend.cortex_m.CortexMLowering):
+class _FullLowering(CortexMLowering):
     """Every pass of the list, as ``CortexMPassManager.transform`` runs it."""
 
     def call(self, exported_program):
@@ -147,7 +149,7 @@ def test_lowering_gives_the_full_pass_lists_program(monkeypatch, name):
 
     monkeypatch.setattr(skips, "may_change", record)
     full = copy.deepcopy(edge).transform(
-        mcu_npu.backend.cortex_m.ExportedProgramPassManager([_FullLowering(CORE)]))
+        ExportedProgramPassManager([_FullLowering(CORE)]))
     assert not ran  # the full list asks nothing
     lowered = copy.deepcopy(edge).transform(cortex_m_passes(CORE))
 
