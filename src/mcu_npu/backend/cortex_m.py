@@ -122,18 +122,20 @@ def _lowering_passes() -> list:
 
 
 class CortexMLowering(ExportedProgramPassBase):
-    """Edge program -> the same program with Cortex-M int8 kernels for the CPU's ops."""
+    """Edge program -> the same program with Cortex-M int8 kernels for the CPU's ops: the
+    explicit-layout passes as ``CortexMPassManager`` runs them, less those that find nothing
+    to rewrite in this graph (``cortex_m_pass_skips``)."""
 
     def __init__(self, core: str):
         self.core = core
 
     def call(self, exported_program: ExportedProgram):
-        from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
         from executorch.exir.pass_base import ExportedProgramPassResult
 
-        lowered = CortexMPassManager(exported_program, passes=_lowering_passes(),
-                                     target_config=_target_config(self.core),
-                                     use_explicit_layout=True).transform()
+        from .cortex_m_pass_skips import run_passes
+
+        lowered = run_passes(exported_program, _lowering_passes(),
+                             _target_config(self.core))
         return ExportedProgramPassResult(lowered, True)
 
 
