@@ -1,9 +1,9 @@
 """The Cortex-M lowering leaves out the passes that find nothing to rewrite, and the program
 it gives is the one ExecuTorch's full explicit-layout pass list gives, byte for byte.
 
-Each model below holds one op kind that a skippable pass rewrites (and one holds none of
-them); it is compiled with everything on the CPU, its Edge program taken just before the
-Cortex-M lowering, lowered both ways and serialized.
+The models below hold between them every op kind a skippable pass rewrites (and one holds
+none of them); each is compiled with everything on the CPU, its Edge program taken just
+before the Cortex-M lowering, lowered both ways and serialized.
 """
 
 from __future__ import annotations
@@ -26,15 +26,27 @@ from mcu_npu.flow.serialize import to_executorch
 CORE = "cortex-m55"
 
 
-class _Conv(nn.Module):
-    def __init__(self, act=None, conv=nn.Conv2d):
+class _Convs(nn.Module):
+    """Convolutions with each activation the lowering fuses or decomposes, then max
+    pooling."""
+
+    def __init__(self):
         super().__init__()
-        self.conv = conv(3, 8, 3)
-        self.act = act
+        self.c1, self.c2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.c3, self.c4 = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
 
     def forward(self, x):
-        y = self.conv(x)
-        return self.act(y) if self.act is not None else y
+        y = F.hardswish(self.c2(torch.relu(self.c1(x))))
+        return F.max_pool2d(F.hardsigmoid(self.c4(F.relu6(self.c3(y)))), 2)
+
+
+class _Conv1d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(3, 8, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
 
 
 class _Fn(nn.Module):
@@ -49,38 +61,31 @@ class _Fn(nn.Module):
         return self.fn(self.fc(x))
 
 
-def _values_and_indices(result):
-    return result.values + result.indices.float()
+def _shapes_and_clamps(y):
+    """Activations with a second reader (not fused), ``max.dim``, unsqueeze, view and
+    permute."""
+    y = torch.relu(y) + y
+    y = torch.clamp(y, -0.5, 0.5) + y
+    top = y.reshape(2, 2, 4).max(dim=1)
+    z = (top.values + top.indices.float()).reshape(8).unsqueeze(0)
+    return z.reshape(2, 2, 2).permute(0, 2, 1) * 2
 
 
 CASES = {  # name -> (model, input shape, passes that must run)
     "linear": (lambda: _Fn(lambda y: y), (2, 8), {"ReplaceQuantNodesPass"}),
-    "conv2d_relu": (lambda: _Conv(torch.relu), (1, 3, 8, 8),
-                    {"ActivationFusionPass", "CortexMReplaceOpsWithChannelsLastVariants",
-                     "RemovePermutesAroundElementwiseOps"}),
-    "conv2d_relu6": (lambda: _Conv(F.relu6), (1, 3, 8, 8), {"ActivationFusionPass"}),
-    "conv2d_hardsigmoid": (lambda: _Conv(F.hardsigmoid), (1, 3, 8, 8),
-                           {"ActivationFusionPass"}),
-    "relu_unfused": (lambda: _Fn(lambda y: torch.relu(y) + y), (2, 8),  # two users
-                     {"ActivationFusionPass", "QuantizedClampActivationPass"}),
-    "clamp_unfused": (lambda: _Fn(lambda y: torch.clamp(y, -0.5, 0.5) + y), (2, 8),
-                      {"ActivationFusionPass", "QuantizedClampActivationPass"}),
-    "hardswish": (lambda: _Conv(F.hardswish), (1, 3, 8, 8), {"DecomposeHardswishPass"}),
-    "conv1d": (lambda: _Conv(torch.relu, nn.Conv1d), (1, 3, 16),
+    "convolutions": (_Convs, (1, 3, 8, 8),
+                     {"ActivationFusionPass", "CortexMReplaceOpsWithChannelsLastVariants",
+                      "RemovePermutesAroundElementwiseOps", "DecomposeHardswishPass",
+                      "RemoveGetItemPass"}),
+    "conv1d": (_Conv1d, (1, 3, 16),
                {"ConvertConv1dToConv2dPass", "ReplaceSqueezeAndUnsqueezeWithViewPass"}),
-    "max_pool": (lambda: _Conv(lambda y: F.max_pool2d(y, 2)), (1, 3, 8, 8),
-                 {"RemoveGetItemPass"}),
-    "max_dim": (lambda: _Fn(lambda y: _values_and_indices(y.reshape(2, 2, 4).max(dim=1))),
-                (2, 8), {"RemoveGetItemPass"}),
+    "shapes": (lambda: _Fn(_shapes_and_clamps), (2, 8),
+               {"ActivationFusionPass", "QuantizedClampActivationPass", "RemoveGetItemPass",
+                "ReplaceSqueezeAndUnsqueezeWithViewPass",
+                "CortexMCanonicalizeViewCopyPermutePass",
+                "RemovePermutesAroundElementwiseOps"}),
     "mul_scalar": (lambda: _Fn(lambda y: y * 0.5), (2, 8),  # made mul.Scalar: _scalar_mul
                    {"ReplaceScalarWithTensorArgPass"}),
-    "unsqueeze": (lambda: _Fn(lambda y: y.unsqueeze(1)), (2, 8),
-                  {"ReplaceSqueezeAndUnsqueezeWithViewPass"}),
-    "view": (lambda: _Fn(lambda y: y.reshape(4, 4)), (2, 8),
-             {"CortexMCanonicalizeViewCopyPermutePass"}),
-    "permute": (lambda: _Fn(lambda y: y.reshape(2, 2, 4).permute(0, 2, 1) * 2), (2, 8),
-                {"CortexMCanonicalizeViewCopyPermutePass",
-                 "RemovePermutesAroundElementwiseOps"}),
 }
 
 
