@@ -1,8 +1,8 @@
 """Grids of compiles: ``compare`` one model across targets, ``sweep`` models x targets x
 precisions x memory placements. Each cell is one ``mcu_npu.compile`` run by an executor
-(a ``spawn`` process pool by default, Ray when asked, ``executors``), its outcome a row of
-plain values (``cells.Row``); the rows come back as they finish, a failed compile as a row
-with its error. ``Grid`` holds them: a text table, the Pareto front (``pareto``), an HTML
+(a process pool by default, its workers forked from a server that imported the compiler
+once; Ray when asked: ``executors``), its outcome a row of plain values (``cells.Row``);
+the rows come back as they finish, a failed compile as a row with its error. ``Grid`` holds them: a text table, the Pareto front (``pareto``), an HTML
 page (``report.html_grid``)."""
 
 from .cells import Cell, Row, run_cell

@@ -1,5 +1,5 @@
 """Running a grid's cells: in worker processes (``concurrent.futures.ProcessPoolExecutor``
-with the ``spawn`` start method, the default), on a Ray cluster, on an executor the caller
+with the ``forkserver`` start method, the default), on a Ray cluster, on an executor the caller
 gives, or in this process. Each path hands ``cells.run_cell`` one cell at a time and yields
 ``(index, row)`` as each cell finishes, in whatever order they finish.
 
@@ -66,11 +66,18 @@ def _result(future, cell: Cell) -> Row:
         return error_row(cell, f"the worker failed: {type(exc).__name__}: {first_line(exc)}")
 
 
+PRELOADED = ["mcu_npu.api"]
+"""What the server the workers are forked from imports once: the compiler, torch and
+ExecuTorch (about 5 s of CPU that each spawned worker would spend again)."""
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
-    # spawn: a fresh interpreter per worker; forking a process that has loaded torch's
-    # thread pools can deadlock the child
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=share_cores,
+    # forkserver: each worker is forked from a server process, a fresh interpreter that
+    # imported the compiler and ran nothing; forking this process, whose torch thread
+    # pools may have started, can deadlock the child
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOADED)
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=share_cores,
                                initargs=(max(1, _cores() // workers),))
 
 

@@ -141,7 +141,7 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
 
     ``models``: factories (see ``compare``), a list or ``{name: factory}``; models cross
     process boundaries by their factory's name, never pickled. ``executor``: "process"
-    (the default: a ``spawn`` process pool of ``workers`` processes, one per core by
+    (the default: a process pool (``forkserver``) of ``workers`` processes, one per core by
     default), "ray" (tasks on the Ray cluster at ``ray_address``, "local" or None starting
     one here; the default when ``ray_address`` is given), "serial" (this process) or a
     ``concurrent.futures.Executor``. ``progress``: a line on stderr per finished cell (None:
