@@ -15,6 +15,7 @@ from torch import nn
 import mcu_npu
 from mcu_npu import AutoPrecision, ConfigError
 from mcu_npu.flow import quantize as quantize_flow
+from mcu_npu.flow import run as run_flow
 from mcu_npu.flow.auto_precision import op_losses
 from mcu_npu.graph.ids import node_id
 from mcu_npu.report.metrics import sqnr_db
@@ -156,6 +157,9 @@ def test_accuracy_function_target(monkeypatch):
     planned = []
     trial = quantize_flow.trial
     monkeypatch.setattr(quantize_flow, "trial", lambda *a, **k: planned.append(1) or trial(*a, **k))
+    exported = []
+    export = run_flow.export
+    monkeypatch.setattr(run_flow, "export", lambda *a, **k: exported.append(1) or export(*a, **k))
     prog = mcu_npu.compile(model, cal[0], target="corstone-300", calibration=cal,
                            precision=AutoPrecision(accuracy_fn=accuracy, target_accuracy=37.0))
     auto = prog.report.precision["auto"]
@@ -164,12 +168,13 @@ def test_accuracy_function_target(monkeypatch):
     assert auto["met"] and auto["chosen"]
     assert accuracy(prog) >= 37.0
     assert all("accuracy" in s for s in auto["steps"])
-    # the trials reuse the baseline's plan (one trial quantization in all), and the program
-    # is the one a compile asking for the chosen layers in int16 plans and gives
-    assert len(planned) == 1 and len(auto["steps"]) >= 1
+    # the trials reuse the baseline's plan (one trial quantization in all) and its exported
+    # and rewritten graph (one export), and the program is the one a compile asking for the
+    # chosen layers in int16 exports, plans and gives
+    assert len(planned) == 1 and len(exported) == 1 and len(auto["steps"]) >= 1
     asked = mcu_npu.compile(model, cal[0], target="corstone-300", calibration=cal,
                             precision={"overrides": {layer: "int16" for layer in auto["chosen"]}})
-    assert len(planned) == 2
+    assert len(planned) == 2 and len(exported) == 2
     assert asked.buffer == prog.buffer
 
 

@@ -143,12 +143,14 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
     """(request, per-layer samples) -> ``compile_fn``'s program for ``model`` with the
     compile arguments ``args`` (target to the calibration method). With ``memory="auto"`` the first compile (the int8 baseline) chooses
     the placement, and the trials keep it; they keep its plan of what runs where too (the
-    same model, target and options: the trials skip planning it again)."""
+    same model, target and options: the trials skip planning it again), and start from its
+    exported and rewritten graph."""
     (target, calibration, npu_compiler, operators_not_to_delegate, train_fn, io,
      deployable, strict, memory, calibration_method) = args
     compiled = 0
     chosen: dict = {}
     first: dict = {}
+    started: dict = {}  # the float model and its rewritten graph, made by the first compile
 
     def compile_one(request: PrecisionRequest, layer_samples):
         nonlocal compiled
@@ -158,7 +160,7 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
                               operators_not_to_delegate, train_fn, io, deployable, strict,
                               layer_samples, request,
                               memory=chosen.get("memory", memory), plan=first.get("plan"),
-                              calibration_method=calibration_method)
+                              calibration_method=calibration_method, started=started)
         first.setdefault("plan", getattr(prog, "_plan", None))
         if memory == "auto" and not chosen:
             chosen.update(prog.report.placement)

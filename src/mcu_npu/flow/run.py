@@ -60,30 +60,39 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
                     stacklevel: int = 2, keep_edges: bool = False, plan=None,
                     calibration_method: str = "minmax", inputs=None,
-                    outputs=None) -> Compiled:
+                    outputs=None, started: dict | None = None) -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the
     ``Compiled.plan`` of a compile of the same model for the same target and options (the
-    precision search's trials), used where it was made for the graph. Graph modules get
-    their code when it is used (``upstream.patches.graph_code_on_first_use``)."""
+    precision search's trials), used where it was made for the graph. ``started``: a dict
+    the caller keeps across compiles of one model with the same arguments but the precision
+    (the search's trials): the first compile leaves its float model and rewritten graph
+    there, the others start from them instead of exporting and rewriting again. Graph
+    modules get their code when it is used (``upstream.patches.graph_code_on_first_use``)."""
     with graph_code_on_first_use():
         return _run(model, example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, train_fn, io, deployable, strict,
                     accuracy_samples, precision, memory, stacklevel + 1, keep_edges, plan,
-                    calibration_method, inputs, outputs)
+                    calibration_method, inputs, outputs, started)
 
 
 def _run(model, example_inputs, target, calibration, npu_compiler, operators_not_to_delegate,
          train_fn, io, deployable, strict, accuracy_samples, precision, memory, stacklevel,
-         keep_edges, plan, calibration_method, inputs, outputs) -> Compiled:
+         keep_edges, plan, calibration_method, inputs, outputs, started) -> Compiled:
     """``compile_program``'s stages (``stacklevel`` counted from here)."""
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
                            memory, calibration_method=calibration_method,
                            qat=train_fn is not None, inputs=inputs, outputs=outputs)
-    float_model = front(in_eval_mode(model), args.program_io, args.example_inputs)
-    graph = rewrite(fold_normalisation(export(float_model, args.example_inputs, stacklevel + 1),
-                                       args.program_io), args.target)
+    if started:  # quantization leaves the rewritten graph as it found it only in a copy
+        float_model, graph = started["float_model"], copy.deepcopy(started["graph"])
+    else:
+        float_model = front(in_eval_mode(model), args.program_io, args.example_inputs)
+        graph = rewrite(fold_normalisation(export(float_model, args.example_inputs,
+                                                  stacklevel + 1), args.program_io),
+                        args.target)
+        if started is not None:
+            started.update(float_model=float_model, graph=copy.deepcopy(graph))
     names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
     with pinned(pinned_ranges(args.program_io)):
         quantized = quantize_model(graph, args, precision, train_fn, plan)
