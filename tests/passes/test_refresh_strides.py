@@ -18,7 +18,7 @@ from mcu_npu.flow.export import export_module
 from mcu_npu.passes.edge import RefreshStrides
 from mcu_npu.quantization import NeutronQuantizer, quantize
 
-edge_aten = torch.ops.aten
+aten = torch.ops.aten
 
 
 class PermuteIntoConvAndAdd(nn.Module):
@@ -49,12 +49,12 @@ def _as_recorded_through_views(ep) -> int:
     (channels-last strides after it), as ``torch.export`` records them; the number of
     permutes."""
     gm = ep.graph_module
-    copies = [n for n in gm.graph.nodes if "permute_copy" in str(n.target)]
+    copies = {n: n.target for n in gm.graph.nodes if "permute_copy" in str(n.target)}
     for n in copies:
-        n.target = edge_aten.permute.default
+        n.target = aten.permute.default
     _whole_propagation(ep)
-    for n in copies:
-        n.target = torch.ops.aten.permute_copy.default
+    for n, target in copies.items():
+        n.target = target
     return len(copies)
 
 
