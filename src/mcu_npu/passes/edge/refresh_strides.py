@@ -9,16 +9,37 @@ them again, so a partition converted from the stale strides can expect its input
 memory order than the program hands it. The Ethos-U runtime copies bytes as they lie, so the
 NPU would read the tensor transposed. Before partitioning, the strides are brought in line
 with what the ops produce; shapes and dtypes do not change.
+
+The values are those of a whole propagation (``graph.fake_values.propagate``), but a node is
+run only when its recorded value may differ from what its op gives now. A stale value can sit
+behind any op (a pass that updated a node and not the ``getitem`` reading it leaves every
+node after it stale), so no op is trusted for what it is; each node's recorded value is
+checked against its inputs' current values instead, where that is exact without running it:
+
+* a per-tensor quantize / dequantize of a contiguous input: the rule ``propagate`` makes it
+  by (a contiguous tensor of the input's shape in the op's dtype);
+* a ``getitem``: the element of its producer's value;
+* an op returning one fresh tensor (no alias of an input), called as an earlier node of this
+  propagation was, on inputs of the same layouts and the same other arguments: that node's
+  value. Fake tensors hold no data, so an op's value is a function of that call.
+
+Any other node runs, as in a whole propagation. A kept value is a fake tensor of the
+propagation's mode, as a snapshot leaves it (no gradient, no constant).
 """
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch._guards import detect_fake_mode
+from torch._prims_common import make_contiguous_strides_for
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
+from torch.fx import Node
 
-from ...graph.fake_values import propagate
+from ...graph.fake_values import _Propagation, output_dtype
 
 
 class RefreshStrides(ExportedProgramPassBase):
@@ -29,13 +50,109 @@ class RefreshStrides(ExportedProgramPassBase):
         placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
         values = [n.meta.get("val") for n in placeholders]
         mode = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
-        before = {n: _strides(n.meta.get("val")) for n in graph_module.graph.nodes}
         if mode is None:
             return ExportedProgramPassResult(program, False)
-        with mode:
-            propagate(graph_module, mode, *values)
-        changed = any(_strides(n.meta.get("val")) != s for n, s in before.items())
-        return ExportedProgramPassResult(program, changed)
+        refresh = _Refresh(graph_module, mode)
+        refresh.propagate_dont_convert_inputs(*values)
+        return ExportedProgramPassResult(program, refresh.changed)
+
+
+class _Refresh(_Propagation):
+    """The propagation, keeping each recorded value known to equal what running gives."""
+
+    def __init__(self, gm, mode):
+        super().__init__(gm, mode)
+        self.changed = False
+        self._calls: dict[tuple, tuple] = {}  # call key -> the layout of its value
+
+    def run_node(self, n: Node):
+        old = n.meta.get("val")
+        key = None
+        if n.op == "call_function" and _kept_form(old, self._mode) and \
+                "unbacked_bindings" not in n.meta:
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            made, key = self._made(n.target, args, kwargs)
+            if made is not None and made == _layout(old):
+                return old
+        result = super().run_node(n)
+        new = n.meta.get("val")
+        if key is not None and isinstance(new, FakeTensor):
+            self._calls[key] = _layout(new)
+        self.changed = self.changed or _strides(new) != _strides(old)
+        return result
+
+    def _made(self, target, args, kwargs) -> tuple:
+        """(the layout running this call gives when known without running it, else None;
+        the key to remember it by once run, or None)."""
+        dtype = output_dtype(target, args, kwargs)
+        if dtype is not None:
+            x = args[0]
+            return (tuple(x.shape), tuple(make_contiguous_strides_for(x.shape)), dtype,
+                    x.device, 0, torch.strided), None
+        if target is operator.getitem:
+            value = args[0][args[1]] if isinstance(args[0], (list, tuple)) else None
+            return (_layout(value) if isinstance(value, torch.Tensor) else None), None
+        key = _call_key(target, args, kwargs, self._mode)
+        made = self._calls.get(key) if key is not None else None
+        return made, (key if made is None else None)
+
+
+def _kept_form(val, mode) -> bool:
+    """``val`` is a fake tensor as a snapshot of this propagation leaves it."""
+    return isinstance(val, FakeTensor) and val.fake_mode is mode and not val.requires_grad \
+        and val.constant is None and _static(val)
+
+
+def _static(t: torch.Tensor) -> bool:
+    return all(type(s) is int for s in (*t.shape, *t.stride()))
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.storage_offset(), t.layout)
+
+
+def _fresh_single_output(target) -> bool:
+    """An op returning one tensor that aliases no input, and mutating none."""
+    op = target if isinstance(target, torch._ops.OpOverload) else getattr(target, "_op", None)
+    if not isinstance(op, torch._ops.OpOverload):
+        return False
+    schema = op._schema
+    returns = schema.returns
+    return len(returns) == 1 and isinstance(returns[0].type, torch.TensorType) and \
+        returns[0].alias_info is None and \
+        all(a.alias_info is None for a in schema.arguments)
+
+
+def _call_key(target, args, kwargs, mode):
+    """What the value of ``target(*args, **kwargs)`` on fake tensors depends on, or None when
+    that is not all known here (another op, a non-static or non-plain tensor, an odd
+    argument)."""
+    if not _fresh_single_output(target):
+        return None
+    try:
+        return (target, _arg_key(args, mode), _arg_key(tuple(sorted(kwargs.items())), mode))
+    except _Unkeyable:
+        return None
+
+
+class _Unkeyable(Exception):
+    pass
+
+
+def _arg_key(a, mode):
+    if isinstance(a, torch.Tensor):
+        if not (isinstance(a, FakeTensor) and a.fake_mode is mode and a.constant is None
+                and _static(a)):
+            raise _Unkeyable
+        return ("T", *_layout(a), a.requires_grad, a.is_conj(), a.is_neg())
+    if isinstance(a, (list, tuple)):
+        return (type(a), tuple(_arg_key(v, mode) for v in a))
+    if a is None or isinstance(a, (bool, int, str, torch.dtype, torch.device,
+                                   torch.memory_format, torch.layout)):
+        return (type(a), a)
+    if type(a) is float:
+        return (float, repr(a))
+    raise _Unkeyable
 
 
 def _strides(val):
