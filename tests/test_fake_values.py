@@ -96,3 +96,56 @@ def test_a_bare_graph_gets_the_values_its_module_would():
     with mode:
         propagate(gm.graph, mode, *values)
     assert _layouts(gm) == expected
+
+
+class Repeats(nn.Module):
+    """An unrolled recurrence (the same calls on the same layouts), the same op on a transposed
+    view of an equal shape, and ops on a parameter (values that require grad)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x, h):
+        for _ in range(4):
+            h = torch.tanh(torch.addmm(h, x, h) * 0.5)
+        return torch.sigmoid(h) + 1, torch.sigmoid(h.t()) + 1, torch.sigmoid(h.t() * self.w)
+
+
+def _full_layouts(gm, mode):
+    return [(n.name, _exact(n.meta.get("val"), mode)) for n in gm.graph.nodes
+            if n.op == "call_function"]
+
+
+def _exact(v, mode):
+    if isinstance(v, torch.Tensor):
+        return (tuple(v.shape), v.stride(), v.dtype, v.device, v.storage_offset(),
+                v.requires_grad, v.fake_mode is mode)
+    return tuple(_exact(x, mode) for x in v) if isinstance(v, (tuple, list)) else repr(v)
+
+
+def test_repeated_calls_get_the_values_a_whole_propagation_gives(monkeypatch):
+    from mcu_npu.graph import fake_values
+
+    gm = torch.export.export(Repeats(), (torch.randn(4, 4), torch.randn(4, 4))).graph_module
+    values = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = detect_fake_mode(values)
+    values[0] = values[0].detach().requires_grad_(True)  # the parameter, as in a trace
+    with mode:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*values)
+    expected = _full_layouts(gm, mode)
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            del n.meta["val"]
+    made = []
+    fake_of = fake_values._fake_of
+    monkeypatch.setattr(fake_values, "_fake_of", lambda *a: made.append(fake_of(*a)) or made[-1])
+    with mode:
+        propagate(gm, mode, *values)
+    assert _full_layouts(gm, mode) == expected
+    assert len(made) >= 9  # the loop's repeated calls were made, not run
+    strides = {v[1] for name, v in expected if name.startswith("sigmoid")}
+    assert strides == {(4, 1), (1, 4)}  # the transposed input's sigmoid ran: its own strides
+    vals = [n.meta["val"] for n in gm.graph.nodes if n.op != "output"]
+    assert len({id(v) for v in vals}) == len(vals)  # every node its own tensor
+    assert not any(v.requires_grad for v in made)  # a value requiring grad is always run

@@ -39,7 +39,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from ...graph.fake_values import _Propagation, output_dtype
+from ...graph.fake_values import _Propagation, call_key, layout, output_dtype, plain_fake
 
 
 class RefreshStrides(ExportedProgramPassBase):
@@ -72,12 +72,12 @@ class _Refresh(_Propagation):
                 "unbacked_bindings" not in n.meta:
             args, kwargs = self.fetch_args_kwargs_from_env(n)
             made, key = self._made(n.target, args, kwargs)
-            if made is not None and made == _layout(old):
+            if made is not None and made == layout(old):
                 return old
         result = super().run_node(n)
         new = n.meta.get("val")
         if key is not None and isinstance(new, FakeTensor):
-            self._calls[key] = _layout(new)
+            self._calls[key] = layout(new)
         self.changed = self.changed or _strides(new) != _strides(old)
         return result
 
@@ -91,68 +91,15 @@ class _Refresh(_Propagation):
                     x.device, 0, torch.strided), None
         if target is operator.getitem:
             value = args[0][args[1]] if isinstance(args[0], (list, tuple)) else None
-            return (_layout(value) if isinstance(value, torch.Tensor) else None), None
-        key = _call_key(target, args, kwargs, self._mode)
+            return (layout(value) if isinstance(value, torch.Tensor) else None), None
+        key = call_key(target, args, kwargs, self._mode)
         made = self._calls.get(key) if key is not None else None
         return made, (key if made is None else None)
 
 
 def _kept_form(val, mode) -> bool:
     """``val`` is a fake tensor as a snapshot of this propagation leaves it."""
-    return isinstance(val, FakeTensor) and val.fake_mode is mode and not val.requires_grad \
-        and val.constant is None and _static(val)
-
-
-def _static(t: torch.Tensor) -> bool:
-    return all(type(s) is int for s in (*t.shape, *t.stride()))
-
-
-def _layout(t: torch.Tensor) -> tuple:
-    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.storage_offset(), t.layout)
-
-
-def _fresh_single_output(target) -> bool:
-    """An op returning one tensor that aliases no input, and mutating none."""
-    op = target if isinstance(target, torch._ops.OpOverload) else getattr(target, "_op", None)
-    if not isinstance(op, torch._ops.OpOverload):
-        return False
-    schema = op._schema
-    returns = schema.returns
-    return len(returns) == 1 and isinstance(returns[0].type, torch.TensorType) and \
-        returns[0].alias_info is None and \
-        all(a.alias_info is None for a in schema.arguments)
-
-
-def _call_key(target, args, kwargs, mode):
-    """What the value of ``target(*args, **kwargs)`` on fake tensors depends on, or None when
-    that is not all known here (another op, a non-static or non-plain tensor, an odd
-    argument)."""
-    if not _fresh_single_output(target):
-        return None
-    try:
-        return (target, _arg_key(args, mode), _arg_key(tuple(sorted(kwargs.items())), mode))
-    except _Unkeyable:
-        return None
-
-
-class _Unkeyable(Exception):
-    pass
-
-
-def _arg_key(a, mode):
-    if isinstance(a, torch.Tensor):
-        if not (isinstance(a, FakeTensor) and a.fake_mode is mode and a.constant is None
-                and _static(a)):
-            raise _Unkeyable
-        return ("T", *_layout(a), a.requires_grad, a.is_conj(), a.is_neg())
-    if isinstance(a, (list, tuple)):
-        return (type(a), tuple(_arg_key(v, mode) for v in a))
-    if a is None or isinstance(a, (bool, int, str, torch.dtype, torch.device,
-                                   torch.memory_format, torch.layout)):
-        return (type(a), a)
-    if type(a) is float:
-        return (float, repr(a))
-    raise _Unkeyable
+    return plain_fake(val, mode) and not val.requires_grad
 
 
 def _strides(val):
