@@ -18,6 +18,8 @@ first one gave, made as the fake mode's own dispatch cache makes it, without dis
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch._subclasses.fake_tensor import (FakeTensor, FakeTensorMode,
                                            in_kernel_invocation_manager)
@@ -122,18 +124,9 @@ def plain_fake(t, mode: FakeTensorMode) -> bool:
         all(type(s) is int for s in (*t.shape, *t.stride()))
 
 
+@functools.cache
 def fresh_single_output(target) -> bool:
     """An op returning one tensor that aliases no input, and mutating none."""
-    fresh = _FRESH.get(target)
-    if fresh is None:
-        fresh = _FRESH[target] = _fresh_single_output(target)
-    return fresh
-
-
-_FRESH: dict = {}  # op -> fresh_single_output(op)
-
-
-def _fresh_single_output(target) -> bool:
     op = target if isinstance(target, torch._ops.OpOverload) else getattr(target, "_op", None)
     if not isinstance(op, torch._ops.OpOverload):
         return False
