@@ -12,7 +12,7 @@ Run::
 
 Each model is compiled in a worker process of its own (``--timeout`` seconds at most), so one
 crash or hang costs one row. ``--sweep`` runs the whole list x targets as one
-``mcu_npu.sweep`` instead (a spawn process pool of ``--jobs`` workers, one per core by
+``mcu_npu.sweep`` instead (a process pool of ``--jobs`` workers, one per core by
 default; no per-cell timeout): the same rows, but the SQNRs are the compile report's, over
 the 8 calibration samples rather than 8 held-out inputs, and the grid's Pareto front (latency,
 SQNR, RAM) and, with ``--html``, its page follow the table. The model list is ``MODELS`` in ``tests/model_library.py``; timm
