@@ -430,3 +430,77 @@ def test_graph_code_on_first_use_gives_the_same_program(monkeypatch):
     for (x,) in cal:
         for a, b in zip(lazy.run(x), eager.run(x)):
             assert torch.equal(a, b)
+
+
+# --- to_executorch_without_idle_dim_order_pass ----------------------------------------------
+def test_to_executorch_reads_the_edge_config_only_to_add_the_dim_order_pass():
+    """What the patch relies on: ``to_executorch`` reads ``self.compile_config`` once, to
+    build its pass list, which holds ``LegalizePortableDimOrderPass`` unless the config's
+    ``_skip_dim_order`` is set, and the pass rewrites only the ops of its ``_target_ops``."""
+    import dataclasses
+
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.legalize_portable_dim_order_pass import (
+        LegalizePortableDimOrderPass,
+    )
+    from executorch.exir.program import _program
+
+    source = inspect.getsource(_undecorated(_program.EdgeProgramManager.to_executorch))
+    assert source.count("self.compile_config") == 1
+    assert "edge_to_executorch_passes(" in source
+
+    def legalizes(config):
+        return any(isinstance(p, LegalizePortableDimOrderPass) for p in
+                   _program.edge_to_executorch_passes(ExecutorchBackendConfig(),
+                                                      edge_compile_config=config))
+
+    config = edge_compile_config()
+    assert legalizes(config)
+    assert not legalizes(dataclasses.replace(config, _skip_dim_order=True))
+    assert "call_operator" in vars(LegalizePortableDimOrderPass)
+    assert "if op not in self._target_ops" in inspect.getsource(
+        LegalizePortableDimOrderPass.call_operator)
+
+
+@pytest.mark.parametrize("target, excluded, legalized", [
+    ("corstone-300", (), False),  # every op on the NPU: nothing for the pass to look at
+    ("imxrt700", ("*",), True),  # the mean left to a portable kernel: the pass runs
+])
+def test_to_executorch_without_the_idle_pass_gives_the_same_program(monkeypatch, target,
+                                                                      excluded, legalized):
+    from executorch.exir.passes.legalize_portable_dim_order_pass import (
+        LegalizePortableDimOrderPass,
+    )
+
+    import mcu_npu
+    from mcu_npu.flow import serialize
+
+    torch.manual_seed(0)
+    model = ConvLinear().eval()
+    g = torch.Generator().manual_seed(1)
+    cal = [(torch.randn(1, 3, 8, 8, generator=g),) for _ in range(8)]
+    seen = []
+    original = LegalizePortableDimOrderPass.call_operator
+
+    def counted(self, op, *args):
+        seen.append(op)
+        return original(self, op, *args)
+
+    monkeypatch.setattr(LegalizePortableDimOrderPass, "call_operator", counted)
+
+    def compiled():
+        seen.clear()
+        return mcu_npu.compile(model, cal[0], target=target, calibration=cal,
+                               operators_not_to_delegate=list(excluded))
+
+    patched = compiled()
+    assert bool(seen) == legalized
+    monkeypatch.setattr(serialize, "to_executorch_without_idle_dim_order_pass",
+                        lambda edge: edge.to_executorch())
+    plain = compiled()
+    assert seen  # to_executorch as it is runs the pass
+    assert patched.buffer == plain.buffer
+    assert patched.report.accuracy == plain.report.accuracy
+    for (x,) in cal:
+        for a, b in zip(patched.run(x), plain.run(x)):
+            assert torch.equal(a, b)

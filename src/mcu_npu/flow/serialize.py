@@ -10,6 +10,7 @@ from pathlib import Path
 from ..device.payload import HOST_DATA_TAG
 from ..errors import stage
 from ..firmware.companion import read_named_data
+from ..upstream.patches import to_executorch_without_idle_dim_order_pass
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ def serialize(edge) -> tuple[bytes, dict[str, bytes], DebugMaps]:
     with stage("serializing the ExecuTorch program"):
         import executorch.kernels.quantized  # noqa: F401  (registers quantized_decomposed.*.out)
 
-        program = edge.to_executorch()
+        program = to_executorch_without_idle_dim_order_pass(edge)
         pte = bytes(program.buffer)
         with tempfile.TemporaryDirectory(prefix="mcu_npu_") as tmp:
             program.write_tensor_data_to_file(tmp)

@@ -25,6 +25,9 @@ attribute or behaviour it relies on, so an upgrade that changes it fails there f
 * ``observer_names_in_linear_time`` -- gives ``prepare_pt2e``'s observers the names it
   gives them, without re-testing every taken name for each new observer, by swapping the
   name factory ``torch.ao.quantization.fx.prepare`` calls.
+* ``to_executorch_without_idle_dim_order_pass`` -- ``to_executorch`` without
+  ``LegalizePortableDimOrderPass`` on programs holding none of the ops it rewrites, by
+  setting the Edge compile config's ``_skip_dim_order`` for the call.
 * ``graph_code_on_first_use`` -- generates a ``GraphModule``'s Python code when it is first
   used, not on each ``recompile``, by swapping ``GraphModule.recompile`` and giving pending
   modules' own classes members that generate it.
@@ -68,6 +71,43 @@ def edge_program_from_core_aten(ep, config):
 
     edge = _generate_edge_program(config, ep, preserve_ops=list(config.preserve_ops))
     return EdgeProgramManager({"forward": edge}, None, config)
+
+
+# --- to_executorch without a dim-order re-trace that finds nothing -------------------------------
+def to_executorch_without_idle_dim_order_pass(edge):
+    """``edge.to_executorch()`` (an ``EdgeProgramManager``), where no graph of ``edge``
+    holds an op ``LegalizePortableDimOrderPass`` rewrites, without that pass.
+
+    What: ``to_executorch`` runs the pass unless ``edge.compile_config._skip_dim_order``,
+    and reads that config for nothing else; the config is swapped for a copy with the flag
+    set during the call, then put back.
+
+    Why: the pass is an ``ExportPass``: it re-traces every node on fake tensors (delegate
+    calls included) to put a contiguous copy before five ops (``_target_ops``) whose input
+    is in another dim order. Without those ops it changes nothing, and ``SpecPropPass``,
+    next, re-traces the graph anyway: the skipped trace is about a tenth of the compile of
+    a small model whose ops all run on the NPU. ``ExecutorchBackendConfig`` has no way to leave one pass out.
+    It goes when the pass checks for its ops before re-tracing.
+    """
+    from executorch.exir.passes.legalize_portable_dim_order_pass import (
+        LegalizePortableDimOrderPass,
+    )
+
+    config = edge.compile_config
+    targets = LegalizePortableDimOrderPass._target_ops
+    if config._skip_dim_order or any(
+            node.op == "call_function" and node.target in targets
+            for method in edge.methods
+            for module in edge.exported_program(method).graph_module.modules()
+            if isinstance(module, GraphModule) for node in module.graph.nodes):
+        return edge.to_executorch()
+    import dataclasses
+
+    edge.compile_config = dataclasses.replace(config, _skip_dim_order=True)
+    try:
+        return edge.to_executorch()
+    finally:
+        edge.compile_config = config
 
 
 # --- the Cortex-M quantizer on a subset of nodes ---------------------------------------------
