@@ -18,6 +18,7 @@ from ..quantization.precision import PrecisionRequest
 from ..upstream.patches import graph_code_on_first_use
 from ..report import Report
 from .check import check_program
+from .collector import earlier_objects_frozen
 from .export import export, in_eval_mode
 from .front import fold_normalisation, front, pinned_ranges
 from .int8_io import take_integer_inputs
@@ -69,7 +70,7 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     (the search's trials): the first compile leaves its float model and rewritten graph
     there, the others start from them instead of exporting and rewriting again. Graph
     modules get their code when it is used (``upstream.patches.graph_code_on_first_use``)."""
-    with graph_code_on_first_use():
+    with graph_code_on_first_use(), earlier_objects_frozen():
         return _run(model, example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, train_fn, io, deployable, strict,
                     accuracy_samples, precision, memory, stacklevel + 1, keep_edges, plan,
