@@ -18,12 +18,13 @@ from ..runtime.pte import Program
 
 def check_program(buffer: bytes, host_data: dict[str, bytes], report: Report, target,
                   decided: Plan, edge, deployable: bool, strict: bool,
-                  stacklevel: int = 2, memory: dict | None = None) -> None:
+                  stacklevel: int = 2, memory: dict | None = None) -> Program:
     """The three checks of ``buffer`` (lowered from ``edge`` with the plan ``decided``; its
     companion's ``host_data`` give the partitions' graphs; ``memory``: its memory report
     when the placement already made it),
     filling the report's kernels and memory; warnings point where
-    ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
+    ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. Returns the program
+    as read, for the host run (``measure``)."""
     with stage("checking the program's delegate tensors"):
         program = Program(buffer, host_data)  # read once, by the three checks below
         check_layouts(program)
@@ -34,6 +35,7 @@ def check_program(buffer: bytes, host_data: dict[str, bytes], report: Report, ta
         report.memory = memory if memory is not None else memory_report(program, target,
                                                                         report)
         check_fit(report, strict, stacklevel=stacklevel + 1)
+    return program
 
 
 def check_layouts(program: Program) -> None:

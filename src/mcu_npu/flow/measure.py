@@ -17,7 +17,6 @@ from ..quantization.exact import run_exact
 from ..report import Report
 from ..report.layers import layer_rows
 from ..report.metrics import flat_outputs, sqnr_db
-from ..runtime import load_program
 from ..targets import get_target
 from .edge import to_edge_program
 from .export import export_module
@@ -31,14 +30,13 @@ HostRun = Callable[[tuple], list]
 """A sample of float model inputs -> the host-run program's outputs as float."""
 
 
-def measure(buffer: bytes, host_data: dict[str, bytes], report: Report, float_model,
-            reference: GraphModule, samples: list[tuple], accuracy_samples: list[tuple] | None):
-    """The stage: ``buffer`` loaded for host execution with its companion's ``host_data``,
-    the board's tolerance noted in the report (``devtools.bundled.tolerance``), the report's
+def measure(program, report: Report, float_model, reference: GraphModule,
+            samples: list[tuple], accuracy_samples: list[tuple] | None):
+    """The stage: ``program`` (a ``runtime.Program``: the ``.pte`` as ``check`` read it, with
+    its companion's host data) run on the host, the board's tolerance noted in the report (``devtools.bundled.tolerance``), the report's
     accuracy measured on the first ``ACCURACY_SAMPLES`` calibration samples
-    and, given ``accuracy_samples``, its per-layer error. Returns the loaded program."""
+    and, given ``accuracy_samples``, its per-layer error. Returns ``program``."""
     with stage("checking the program's accuracy on the host"):
-        program = load_program(buffer, host_data)
         report.notes.append(tolerance_note(program))
         run = host_run(program.run, report.io)
         report.accuracy = measure_accuracy(float_model, reference, run,

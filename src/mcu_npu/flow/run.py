@@ -105,10 +105,10 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
                    precision, quantized.choice)
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
     record_calibration(report, quantized.reference, "qat" if train_fn else calibration_method)
-    check_program(buffer, host_data, report, placed.target, placed.decided, placed.edge,
-                  deployable, strict, stacklevel + 1, placed.memory)
-    program = measure(buffer, host_data, report, float_model, quantized.reference,
-                      args.samples, args.accuracy_samples)
+    program = check_program(buffer, host_data, report, placed.target, placed.decided,
+                            placed.edge, deployable, strict, stacklevel + 1, placed.memory)
+    program = measure(program, report, float_model, quantized.reference, args.samples,
+                      args.accuracy_samples)
     return Compiled(buffer, host_data, report, quantized.reference, float_model, program,
                     (before, placed.debug) if keep_edges else None,
                     quantized.decided if isinstance(quantized.decided, Plan) else None,
