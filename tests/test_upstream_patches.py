@@ -504,3 +504,62 @@ def test_to_executorch_without_the_idle_pass_gives_the_same_program(monkeypatch,
     for (x,) in cal:
         for a, b in zip(patched.run(x), plain.run(x)):
             assert torch.equal(a, b)
+
+
+# --- cia_ops_collected_once -----------------------------------------------------------------
+def test_run_decompositions_still_collects_the_cia_ops_by_these_names():
+    """What the patch swaps: both modules call the function by the name they import from
+    ``torch._export.utils``."""
+    import torch.export.decomp_utils as decomp_utils
+    import torch.export.exported_program as exported_program
+    from torch._export import utils
+
+    for module in (exported_program, decomp_utils):
+        assert module._collect_all_valid_cia_ops is utils._collect_all_valid_cia_ops
+    assert "_collect_all_valid_cia_ops()" in inspect.getsource(
+        exported_program._split_decomp_table_to_cia_and_python_decomp)
+    assert "_collect_all_valid_cia_ops()" in inspect.getsource(
+        decomp_utils.CustomDecompTable.materialize)
+
+
+def test_collected_cia_ops_are_torch_s_and_follow_new_registrations():
+    import torch.export.exported_program as exported_program
+    from torch._export.utils import _collect_all_valid_cia_ops
+
+    with upstream_patches.cia_ops_collected_once():
+        cached = exported_program._collect_all_valid_cia_ops
+        assert cached is not _collect_all_valid_cia_ops
+        first = cached()
+        assert first == _collect_all_valid_cia_ops()
+        first.clear()  # a copy: the caller may change it
+        assert cached() == _collect_all_valid_cia_ops()
+        lib = torch.library.Library("mcu_npu_cia_test", "DEF")  # a new namespace and CIA op
+        lib.define("double(Tensor x) -> Tensor")
+        lib.impl("double", lambda x: x * 2, "CompositeImplicitAutograd")
+        ops = cached()
+        assert torch.ops.mcu_npu_cia_test.double.default in ops
+        assert ops == _collect_all_valid_cia_ops()
+    assert exported_program._collect_all_valid_cia_ops is _collect_all_valid_cia_ops
+
+
+def test_run_decompositions_gives_the_same_program_with_the_collected_cia_ops():
+    from mcu_npu.flow.edge import _decomposition_table
+
+    class MatmulOfInput(nn.Module):
+        def forward(self, x, w):
+            return torch.nn.functional.linear(x, w) @ w
+
+    args = (torch.randn(2, 8), torch.randn(8, 8))
+
+    def decomposed():
+        ep = torch.export.export(MatmulOfInput(), args)
+        return ep.run_decompositions(_decomposition_table(edge_compile_config().preserve_ops))
+
+    plain = decomposed()
+    with upstream_patches.cia_ops_collected_once():
+        cached = decomposed()
+    assert cached.graph_module.code == plain.graph_module.code
+    assert [n.meta["val"].shape for n in cached.graph.nodes if "val" in n.meta and
+            isinstance(n.meta["val"], torch.Tensor)] == \
+        [n.meta["val"].shape for n in plain.graph.nodes if "val" in n.meta and
+         isinstance(n.meta["val"], torch.Tensor)]

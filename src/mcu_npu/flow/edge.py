@@ -15,7 +15,7 @@ from ..tflite.registry import PRESERVED_ATEN_OPS
 from ..upstream.decompose_in_place import decompose_in_place
 from ..upstream.edge_dialect import to_edge_in_place
 from ..upstream.export_in_place import export_in_place
-from ..upstream.patches import edge_program_from_core_aten
+from ..upstream.patches import cia_ops_collected_once, edge_program_from_core_aten
 
 TO_EDGE = "converting the quantized model to the Edge dialect"
 """The stage that runs ``to_edge_program`` (``errors.stage``)."""
@@ -52,7 +52,8 @@ def core_aten_program(reference: GraphModule, example_inputs: tuple,
         _drop_provenance(ep.graph)
     decompose_in_place(ep, config.preserve_ops)
     if not _decomposed_already(ep, config):
-        ep = ep.run_decompositions(_decomposition_table(config.preserve_ops))
+        with cia_ops_collected_once():
+            ep = ep.run_decompositions(_decomposition_table(config.preserve_ops))
     _inputs_targeted_by_name(ep.graph_module)
     return ep
 

@@ -28,6 +28,9 @@ attribute or behaviour it relies on, so an upgrade that changes it fails there f
 * ``to_executorch_without_idle_dim_order_pass`` -- ``to_executorch`` without
   ``LegalizePortableDimOrderPass`` on programs holding none of the ops it rewrites, by
   setting the Edge compile config's ``_skip_dim_order`` for the call.
+* ``cia_ops_collected_once`` -- ``run_decompositions`` gets torch's set of preservable
+  CompositeImplicitAutograd ops computed once per state of the dispatcher's registrations,
+  by swapping the name ``torch.export`` modules call ``_collect_all_valid_cia_ops`` by.
 * ``graph_code_on_first_use`` -- generates a ``GraphModule``'s Python code when it is first
   used, not on each ``recompile``, by swapping ``GraphModule.recompile`` and giving pending
   modules' own classes members that generate it.
@@ -108,6 +111,62 @@ def to_executorch_without_idle_dim_order_pass(edge):
         return edge.to_executorch()
     finally:
         edge.compile_config = config
+
+
+# --- torch's CompositeImplicitAutograd op set collected once -------------------------------------
+_CIA_OPS: dict = {}
+"""``cia_ops_collected_once``'s op sets, by ``_registrations``."""
+
+
+def _registrations() -> tuple:
+    """What the set of preservable CIA ops is made from: the op namespaces, the ops with a
+    CompositeImplicitAutograd kernel in the C++ dispatcher and the number of its ops (about
+    5 ms, against about 110 ms for the set)."""
+    import torch
+
+    return (tuple(torch.ops._dir),
+            tuple(torch._C._dispatch_get_registrations_for_dispatch_key(
+                "CompositeImplicitAutograd")),
+            len(torch._C._dispatch_get_all_op_names()))
+
+
+@contextmanager
+def cia_ops_collected_once():
+    """Within the block, ``ExportedProgram.run_decompositions`` gets the set of preservable
+    CompositeImplicitAutograd (CIA) ops from a cache keyed by ``_registrations``, as a copy.
+
+    What: replaces ``_collect_all_valid_cia_ops`` in ``torch.export.exported_program`` and
+    ``torch.export.decomp_utils`` (the names ``run_decompositions`` and
+    ``CustomDecompTable.materialize`` call; both import it from ``torch._export.utils``) by a
+    function that computes it once per key, then restores them.
+
+    Why: for every op namespace but ``aten`` (some 40 with ExecuTorch and torchao loaded) the
+    function looks up every CIA op of every namespace again, about 110 ms, and each
+    ``run_decompositions`` calls it twice: a compile whose graph needs decomposing (a
+    ``matmul``, a ``t``) decomposes twice, so about 0.45 s of its CPU. torch does not cache
+    it because custom-op libraries can register CIA kernels later; the key changes with any
+    new namespace, C++ CIA registration or op. A Python-only CIA kernel (``py_impl``) added
+    to an op that already exists is the one change the key does not see. It goes when
+    torch caches the set itself.
+    """
+    import torch.export.decomp_utils as decomp_utils
+    import torch.export.exported_program as exported_program
+    from torch._export.utils import _collect_all_valid_cia_ops
+
+    def cached():
+        key = _registrations()
+        if key not in _CIA_OPS:
+            _CIA_OPS.clear()
+            _CIA_OPS[key] = frozenset(_collect_all_valid_cia_ops())
+        return set(_CIA_OPS[key])
+
+    saved = exported_program._collect_all_valid_cia_ops, decomp_utils._collect_all_valid_cia_ops
+    exported_program._collect_all_valid_cia_ops = decomp_utils._collect_all_valid_cia_ops = cached
+    try:
+        yield
+    finally:
+        exported_program._collect_all_valid_cia_ops, decomp_utils._collect_all_valid_cia_ops = \
+            saved
 
 
 # --- the Cortex-M quantizer on a subset of nodes ---------------------------------------------
