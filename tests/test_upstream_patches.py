@@ -563,3 +563,59 @@ def test_run_decompositions_gives_the_same_program_with_the_collected_cia_ops():
             isinstance(n.meta["val"], torch.Tensor)] == \
         [n.meta["val"].shape for n in plain.graph.nodes if "val" in n.meta and
          isinstance(n.meta["val"], torch.Tensor)]
+
+
+# --- validation_deferred ------------------------------------------------------------------
+def test_exported_programs_run_their_verifiers_through_validate():
+    """What the patch relies on: building a program and a pass manager's check both call
+    ``ExportedProgram.validate``."""
+    from executorch.exir.pass_manager import ExportedProgramPassManager
+    from torch.export import ExportedProgram
+
+    assert "self.validate()" in inspect.getsource(ExportedProgram.__init__)
+    assert "exported_program.validate()" in inspect.getsource(ExportedProgramPassManager.check)
+
+
+def test_validation_deferred_skips_the_verifiers_only_within_the_block():
+    from torch._export.verifier import SpecViolationError
+    from torch.export import ExportedProgram
+
+    ep = torch.export.export(nn.Linear(3, 2), (torch.randn(1, 3),))
+    node = next(n for n in ep.graph.nodes if n.op == "call_function")
+    val = node.meta.pop("val")  # a program its verifier refuses
+    with upstream_patches.validation_deferred():
+        with upstream_patches.validation_deferred():
+            ep.validate()
+        ep.validate()  # still deferred: the outer block is open
+        rebuilt = ExportedProgram(root=ep.graph_module, graph=ep.graph,
+                                  graph_signature=ep.graph_signature, state_dict=ep.state_dict,
+                                  range_constraints=ep.range_constraints,
+                                  module_call_graph=ep.module_call_graph,
+                                  constants=ep.constants, verifiers=ep.verifiers)
+    with pytest.raises(SpecViolationError, match="missing val"):
+        ep.validate()
+    with pytest.raises(SpecViolationError, match="missing val"):
+        rebuilt.validate()
+    node.meta["val"] = val
+    ep.validate()
+
+
+def test_cortex_m_passes_still_validate_the_program_they_produce(monkeypatch):
+    """``run_passes`` validates its result once, after the passes."""
+    from torch._export.verifier import SpecViolationError
+
+    from mcu_npu.backend import cortex_m_pass_skips
+
+    ep = torch.export.export(nn.Linear(3, 2), (torch.randn(1, 3),))
+
+    def breaks(exported_program, *passes):
+        node = next(n for n in exported_program.graph.nodes if n.op == "call_function")
+        node.meta.pop("val")
+        return exported_program
+
+    monkeypatch.setattr(cortex_m_pass_skips, "may_change", lambda *args: True)
+    import executorch.exir.program._program as program
+
+    monkeypatch.setattr(program, "_transform", breaks)
+    with pytest.raises(SpecViolationError, match="missing val"):
+        cortex_m_pass_skips.run_passes(ep, [object], None)

@@ -126,17 +126,23 @@ def run_passes(exported_program, passes: list, target_config):
     """``CortexMPassManager.transform`` over ``passes`` in order, without the passes that
     cannot change the program as it is when their turn comes (``may_change``). Each pass is
     built as the manager builds it (``exported_program`` / ``target_config`` where its
-    constructor takes them), and new constant tensors are lifted at the end."""
+    constructor takes them), and new constant tensors are lifted at the end. The program
+    is validated once, after the passes (``upstream.patches.validation_deferred``), not
+    before and after each."""
     from executorch.exir.program._program import _transform, lift_constant_tensor_pass
 
-    for pass_cls in passes:
-        if not may_change(pass_cls, exported_program.graph_module):
-            continue
-        parameters = inspect.signature(pass_cls).parameters
-        kwargs: dict[str, Any] = {}
-        if "exported_program" in parameters:
-            kwargs["exported_program"] = exported_program
-        if "target_config" in parameters:
-            kwargs["target_config"] = target_config
-        exported_program = _transform(exported_program, pass_cls(**kwargs))
+    from ..upstream.patches import validation_deferred
+
+    with validation_deferred():  # the program that leaves the passes is validated below
+        for pass_cls in passes:
+            if not may_change(pass_cls, exported_program.graph_module):
+                continue
+            parameters = inspect.signature(pass_cls).parameters
+            kwargs: dict[str, Any] = {}
+            if "exported_program" in parameters:
+                kwargs["exported_program"] = exported_program
+            if "target_config" in parameters:
+                kwargs["target_config"] = target_config
+            exported_program = _transform(exported_program, pass_cls(**kwargs))
+    exported_program.validate()
     return lift_constant_tensor_pass(exported_program)

@@ -31,6 +31,9 @@ attribute or behaviour it relies on, so an upgrade that changes it fails there f
 * ``cia_ops_collected_once`` -- ``run_decompositions`` gets torch's set of preservable
   CompositeImplicitAutograd ops computed once per state of the dispatcher's registrations,
   by swapping the name ``torch.export`` modules call ``_collect_all_valid_cia_ops`` by.
+* ``validation_deferred`` -- ``ExportedProgram`` construction and pass-manager checks skip
+  the verifiers within a block whose result the caller validates once, by swapping
+  ``ExportedProgram.validate``.
 * ``graph_code_on_first_use`` -- generates a ``GraphModule``'s Python code when it is first
   used, not on each ``recompile``, by swapping ``GraphModule.recompile`` and giving pending
   modules' own classes members that generate it.
@@ -167,6 +170,41 @@ def cia_ops_collected_once():
     finally:
         exported_program._collect_all_valid_cia_ops, decomp_utils._collect_all_valid_cia_ops = \
             saved
+
+
+# --- ExportedProgram verification deferred to the end of a pass sequence ---------------------
+_VALIDATION = threading.local()
+
+
+@contextmanager
+def validation_deferred():
+    """Within the block, ``ExportedProgram.validate`` does nothing: the verifiers do not run
+    when a program is built (``ExportedProgram.__init__`` calls ``validate``) or checked by
+    a pass manager. The caller validates what the block produces, once, after it.
+
+    What: replaces ``torch.export.ExportedProgram.validate`` by a no-op, then restores it;
+    nested blocks replace it once. ``_validate`` (which it calls) stays.
+
+    Why: ``_transform`` validates the program before and after each pass and builds a new,
+    validated one when a pass changed it; a sequence of n passes validates it 2n times or
+    more, each walking every node, for the one program that leaves the sequence. Only
+    where the checks happen moves: a pass leaving an invalid program still fails, at the
+    end of the sequence rather than at that pass. It goes when ExportedProgram can be
+    built without running its verifiers.
+    """
+    from torch.export import ExportedProgram
+
+    depth = getattr(_VALIDATION, "depth", 0)
+    if depth == 0:
+        _VALIDATION.saved = ExportedProgram.validate
+        ExportedProgram.validate = lambda self: None
+    _VALIDATION.depth = depth + 1
+    try:
+        yield
+    finally:
+        _VALIDATION.depth = depth
+        if depth == 0:
+            ExportedProgram.validate = _VALIDATION.saved
 
 
 # --- the Cortex-M quantizer on a subset of nodes ---------------------------------------------
