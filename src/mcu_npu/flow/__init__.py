@@ -16,5 +16,6 @@ own module taking and returning plain values.
 ``measure``           the ``.pte`` run on the host: accuracy, per-layer error
 ====================  =========================================================================
 
-``auto_precision`` searches over whole compiles for ``precision="auto"``.
+``auto_precision`` searches over whole compiles for ``precision="auto"``; ``collector`` keeps
+the garbage collector's full passes during a compile to what the compile made.
 """
