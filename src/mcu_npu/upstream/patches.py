@@ -92,8 +92,8 @@ def to_executorch_without_idle_dim_order_pass(edge):
     calls included) to put a contiguous copy before five ops (``_target_ops``) whose input
     is in another dim order. Without those ops it changes nothing, and ``SpecPropPass``,
     next, re-traces the graph anyway: the skipped trace is about a tenth of the compile of
-    a small model whose ops all run on the NPU. ``ExecutorchBackendConfig`` has no way to leave one pass out.
-    It goes when the pass checks for its ops before re-tracing.
+    a small model whose ops all run on the NPU. ``ExecutorchBackendConfig`` has no way to
+    leave one pass out. It goes when the pass checks for its ops before re-tracing.
     """
     from executorch.exir.passes.legalize_portable_dim_order_pass import (
         LegalizePortableDimOrderPass,
