@@ -149,30 +149,3 @@ def test_repeated_calls_get_the_values_a_whole_propagation_gives(monkeypatch):
     vals = [n.meta["val"] for n in gm.graph.nodes if n.op != "output"]
     assert len({id(v) for v in vals}) == len(vals)  # every node its own tensor
     assert not any(v.requires_grad for v in made)  # a value requiring grad is always run
-
-
-def test_nodes_a_pass_inserts_get_the_values_their_calls_give(monkeypatch):
-    """A pass inserting nodes one at a time (``fake_value``: an unrolled GRU calls the same
-    ops on the same layouts each step) gives each the value dispatching its call gives,
-    most of them made from an earlier call's (outside autograd: a value requiring grad is
-    always dispatched)."""
-    from mcu_npu.graph import fake_values
-    from mcu_npu.passes import DecomposeGRU
-
-    def decomposed():
-        torch.manual_seed(0)
-        gru = nn.GRU(3, 4, num_layers=2, bidirectional=True).eval()
-        gm = export_module(gru, (torch.randn(5, 2, 3),))
-        mode = detect_fake_mode([n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
-        with torch.no_grad():
-            DecomposeGRU()(gm)
-        return _full_layouts(gm, mode)
-
-    made = []
-    fake_of = fake_values._fake_of
-    monkeypatch.setattr(fake_values, "_fake_of", lambda *a: made.append(fake_of(*a)) or made[-1])
-    memoized = decomposed()
-    assert len(made) > len(memoized) // 3  # the steps after the first (selects are views)
-    monkeypatch.setattr(fake_values.CallMemo, "call", lambda self, t, a, k, run: run())
-    assert memoized == decomposed()
-    assert all(v[-1] for _, v in memoized if len(v) == 7)  # each a value of the graph's mode

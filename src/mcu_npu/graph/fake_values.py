@@ -14,14 +14,11 @@ times. Fake tensors carry no data, so the value of an op returning one fresh ten
 of an input, no mutation) is a function of its call (``call_key``: the op, its inputs'
 layouts, its other arguments): a repeated call gets a new fake tensor of the layout the
 first one gave, made as the fake mode's own dispatch cache makes it, without dispatching.
-The passes that insert nodes one at a time (``passes.aten._recurrent.fake_value``) share one
-such memo per fake mode (``call_memo``).
 """
 
 from __future__ import annotations
 
 import functools
-import weakref
 
 import torch
 from torch._subclasses.fake_tensor import (FakeTensor, FakeTensorMode,
@@ -76,50 +73,23 @@ class _Memoized(_Propagation):
 
     def __init__(self, gm, mode):
         super().__init__(gm, mode)
-        self._calls = CallMemo(mode)
-
-    def call_function(self, target, args, kwargs):
-        return self._calls.call(target, args, kwargs,
-                                lambda: super(_Memoized, self).call_function(target, args, kwargs))
-
-
-class CallMemo:
-    """Fake values of fresh-tensor op calls on the tensors of one fake mode, by ``call_key``:
-    a repeated call gets a new fake tensor of the layout its first value had."""
-
-    def __init__(self, mode: FakeTensorMode):
-        self.mode = mode
         self._calls: dict[tuple, tuple] = {}  # call key -> its value's layout
 
-    def call(self, target, args, kwargs, run):
-        """``target(*args, **kwargs)``'s fake value: ``run()``'s, or the value of an equal
-        call made before."""
-        key = call_key(target, args, kwargs, self.mode)
+    def call_function(self, target, args, kwargs):
+        key = call_key(target, args, kwargs, self._mode)
         if key is None:
-            return run()
+            return super().call_function(target, args, kwargs)
         key = (key, torch.is_grad_enabled())  # a value kept from a call not requiring grad
         made = self._calls.get(key)
         if made is not None:
-            return _fake_of(made, self.mode)
-        result = run()
-        if plain_fake(result, self.mode) and not result.requires_grad and \
+            return _fake_of(made, self._mode)
+        result = super().call_function(target, args, kwargs)
+        if plain_fake(result, self._mode) and not result.requires_grad and \
                 not result.is_conj() and not result.is_neg() and \
                 result.storage_offset() == 0 and result.layout == torch.strided and \
                 not _shares_storage(result, (args, kwargs)):
             self._calls[key] = layout(result)
         return result
-
-
-_MEMOS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def call_memo(mode: FakeTensorMode) -> CallMemo:
-    """The ``CallMemo`` of ``mode``, kept as long as the mode is (the passes that insert
-    nodes one at a time share it: an unrolled recurrence emits the same calls per step)."""
-    memo = _MEMOS.get(mode)
-    if memo is None:
-        memo = _MEMOS[mode] = CallMemo(mode)
-    return memo
 
 
 def _shares_storage(t: torch.Tensor, args) -> bool:

@@ -155,9 +155,7 @@ def constant_attr(gm: GraphModule, near: Node, name: str, value: torch.Tensor) -
 
 
 def fake_value(op: Callable, args: Sequence, kwargs: dict | None = None):
-    """``op`` run on the fake ``meta["val"]`` of its node arguments; None when one is missing.
-    A repeated call (same op, argument layouts and other arguments) is made from the first
-    one's value (``graph.fake_values.call_memo``)."""
+    """``op`` run on the fake ``meta["val"]`` of its node arguments; None when one is missing."""
     missing = object()
     vals, kvals = pytree.tree_map_only(Node, lambda n: n.meta.get("val", missing),
                                        (tuple(args), dict(kwargs or {})))
@@ -167,14 +165,8 @@ def fake_value(op: Callable, args: Sequence, kwargs: dict | None = None):
     mode = detect_fake_mode(flat)
     if mode is None:
         return None
-    # imported here: fake_values reads the quantized_decomposed ops, registered after this
-    from mcu_npu.graph.fake_values import call_memo
-
-    def run():
-        with mode:
-            return op(*vals, **kvals)
-
-    return call_memo(mode).call(op, vals, kvals, run)
+    with mode:
+        return op(*vals, **kvals)
 
 
 def is_call(node, target) -> bool:
