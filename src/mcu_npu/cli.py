@@ -105,6 +105,7 @@ def cmd_compile(args) -> int:
     from .firmware.files import check_outputs
     from .progress import Progress
     from .report import check_io
+    from .targets import get_target
 
     check_outputs(*_compile_outputs(args))  # a path that cannot be written fails now
     check_io(args.io)  # before the compiler and the model load (a factory may train)
@@ -113,6 +114,7 @@ def cmd_compile(args) -> int:
                           "--bundled INPUTS.npz and --c-header FILE too")
     defaulted = args.target is None
     args.target = DEFAULT_TARGET if defaulted else args.target
+    target = get_target(args.target)  # an unknown name fails before PyTorch loads
     with contextlib.nullcontext() if args.quiet else Progress().active() as progress:
         if defaulted:
             _stage(progress, f"target {DEFAULT_TARGET}, the default (--target T for another; "
@@ -128,9 +130,8 @@ def cmd_compile(args) -> int:
         from . import api
         from .flow.inputs import check_memory
         from .quantization.calibration import check_method
-        from .targets import get_target
 
-        check_memory(args.memory, get_target(args.target))
+        check_memory(args.memory, target)
         check_method(args.calibration_method)
         precision = precision_arg(args)
         _stage(progress, "loading the model")

@@ -19,6 +19,7 @@ from mcu_npu.flow.edge import edge_compile_config
 from mcu_npu.flow.export import export_module
 from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.flow.place import plan
+from mcu_npu.quantization import NeutronQuantizer, quantize
 from mcu_npu.quantization.composed import TargetQuantizer
 from mcu_npu.recipes import get_imxrt700_recipe
 from mcu_npu.targets import get_target
@@ -122,16 +123,18 @@ def test_standalone_partitioner_reused_in_to_edge_transform_and_lower():
     fresh one gives."""
     import executorch.kernels.quantized  # noqa: F401  (quantized_decomposed out variants)
 
-    def lowered(model, samples, partitioner) -> bytes:
-        reference = quantized_edge(model, samples[0], samples)[0]
-        ep = torch.export.export(reference, samples[0])
+    def lowered(quantized, partitioner) -> bytes:
+        reference, example = quantized
+        ep = torch.export.export(reference, example)  # each lowering exports anew
         edge = to_edge_transform_and_lower(ep, partitioner=[partitioner],
                                            compile_config=edge_compile_config())
         graph = edge.exported_program().graph
         assert any("executorch_call_delegate" in str(n.target) for n in graph.nodes)
         return bytes(edge.to_executorch().buffer)
 
-    (a, sa), (b, sb) = _models()
+    # each model quantized once: the partitioners, reused and fresh, lower the same module
+    a, b = [(quantize(export_module(m, s[0]), s[0], s, NeutronQuantizer()), s[0])
+            for m, s in _models()]
     partitioner = NeutronPartitioner()
-    reused = [lowered(a, sa, partitioner), lowered(b, sb, partitioner)]
-    assert reused == [lowered(a, sa, NeutronPartitioner()), lowered(b, sb, NeutronPartitioner())]
+    reused = [lowered(a, partitioner), lowered(b, partitioner)]
+    assert reused == [lowered(a, NeutronPartitioner()), lowered(b, NeutronPartitioner())]
