@@ -175,7 +175,8 @@ def _double_all(a):
 class _Steps:
     """A graph's nodes as prepared calls, run in order without ``torch.fx.Interpreter``:
     the same ops on the same values as ``_Float64``, without its per-node dispatch and
-    with each per-tensor scale and zero point made once (about a quarter of the time)."""
+    with each per-tensor scale and zero point made once (on the GRU keyword spotter's
+    reference about half the CPU time per sample)."""
 
     def __init__(self, gm: GraphModule):
         self.gm = gm
