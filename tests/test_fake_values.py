@@ -149,3 +149,28 @@ def test_repeated_calls_get_the_values_a_whole_propagation_gives(monkeypatch):
     vals = [n.meta["val"] for n in gm.graph.nodes if n.op != "output"]
     assert len({id(v) for v in vals}) == len(vals)  # every node its own tensor
     assert not any(v.requires_grad for v in made)  # a value requiring grad is always run
+
+
+def test_fake_value_of_a_repeated_call_is_the_one_dispatching_gives(monkeypatch):
+    """``passes.aten._recurrent.fake_value`` (one node at a time, as the decompositions and
+    the Edge conversion call it) shares its mode's memo: a repeated call is made, not run,
+    and gets the layout dispatching gives."""
+    from mcu_npu.graph import fake_values
+    from mcu_npu.passes.aten._recurrent import fake_value
+
+    gm = torch.export.export(Repeats(), (torch.randn(4, 4), torch.randn(4, 4))).graph_module
+    values = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = detect_fake_mode(values)
+    values[0] = values[0].detach().requires_grad_(True)
+    with mode:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*values)
+    expected = _full_layouts(gm, mode)
+    made = []
+    fake_of = fake_values._fake_of
+    monkeypatch.setattr(fake_values, "_fake_of", lambda *a: made.append(fake_of(*a)) or made[-1])
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            n.meta["val"] = fake_value(n.target, n.args, n.kwargs)
+    assert _full_layouts(gm, mode) == expected
+    assert len(made) >= 9 and fake_values.memo_of(mode) is fake_values.memo_of(mode)
+    assert not any(v.requires_grad for v in made)

@@ -194,3 +194,27 @@ def test_a_conv1d_row_reads_its_nhwc_tensor_in_pytorch_layout():
     (row,) = [r for r in prog.accuracy(samples[:2]) if r["op"] == "aten.convolution"]
     assert row["source"] == SOURCE_NPU
     assert abs(row["gap_db"]) < 0.5 and row["max_error_steps"] <= 1, row
+
+
+def test_the_float_graph_is_kept_for_the_same_model_target_sample_and_weights():
+    """``flow.measure._float_graph`` is made once per float model, target, sample and
+    parameter state: the precision search measures several programs of one model."""
+    from mcu_npu.flow.measure import _float_graph
+    from mcu_npu.quantization.exact import run_graph_exact
+    from mcu_npu.targets import get_target
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).eval()
+    x = torch.randn(1, 6)
+    target = get_target("imxrt700")
+    first = _float_graph(model, target, (x,))
+    assert _float_graph(model, target, (x.clone(),)) is first
+    assert _float_graph(model, get_target("corstone-300"), (x,)) is not first
+    other = _float_graph(model, target, (x + 1,))
+    assert other is not first and _float_graph(model, target, (x + 1,)) is other
+    with torch.no_grad():
+        model[0].weight.mul_(2.0)  # in place: the graph is made again, with the new weights
+        changed = _float_graph(model, target, (x + 1,))
+        assert changed is not other
+        got = run_graph_exact(changed, x)[0].float()
+        assert torch.allclose(got, model(x), rtol=1e-5, atol=1e-6)

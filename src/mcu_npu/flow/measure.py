@@ -3,6 +3,7 @@ reference, for the report's accuracy and, given samples, its per-layer error."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
 import torch
@@ -13,7 +14,7 @@ from ..device.program_io import dequantize_outputs, quantize_inputs
 from ..devtools.bundled import tolerance_note
 from ..errors import ConfigError, stage
 from ..graph.ids import node_id
-from ..quantization.exact import run_exact
+from ..quantization.exact import exact_runner, run_exact
 from ..report import Report
 from ..report.layers import layer_rows
 from ..report.metrics import flat_outputs, sqnr_db
@@ -59,10 +60,11 @@ def measure_accuracy(float_model, reference: GraphModule, run: HostRun, samples)
     in float64, so the figure is the same on every host) against float, over every output of
     every sample."""
     refs, tests, floats = [], [], []
+    exact = exact_runner(reference)
     with torch.no_grad():
         for s in samples:
             floats += flat_outputs(float_model(*s))
-            refs += flat_outputs(run_exact(reference, *s))
+            refs += flat_outputs(run_exact(reference, *s, runner=exact))
             tests += flat_outputs(run(s))
     f = torch.cat(floats)
     return {
@@ -91,10 +93,40 @@ def _float_graph(float_model, target, sample: tuple) -> GraphModule:
     """The float model as it was quantized: exported and rewritten by the target's ATen
     passes (exact float rewrites), its nodes tagged with the ids the reference carries, and
     batch norms folded into the convolutions before them as PT2E's prepare does, so a
-    convolution's value is the one its quantized counterpart computes."""
+    convolution's value is the one its quantized counterpart computes. Kept with the float
+    model for the next call with the same target, sample and parameters (the precision
+    search measures the per-layer error of several programs of one float model)."""
+    key = (target, _state_key(float_model))
+    kept = _FLOAT_GRAPHS.get(float_model)
+    if kept is not None and kept[0] == key and _same_tensors(kept[1], sample):
+        return kept[2]
     graph = for_annotation(export_module(float_model, sample), target)
     _fuse_conv_bn_(graph)
+    _FLOAT_GRAPHS[float_model] = (key, tuple(_clone(x) for x in sample), graph)
     return graph
+
+
+_FLOAT_GRAPHS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
+"""float model -> (target and parameter state, the sample, its float graph), the last made."""
+
+
+def _state_key(model: torch.nn.Module) -> tuple:
+    """Which tensors the model's parameters and buffers are, and their in-place versions."""
+    return tuple((name, id(t), t.data_ptr(), t._version)
+                 for name, t in model.state_dict(keep_vars=True).items()
+                 if isinstance(t, torch.Tensor))
+
+
+def _clone(x):
+    return x.clone() if isinstance(x, torch.Tensor) else x
+
+
+def _same_tensors(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(
+        (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
+         and x.shape == y.shape and x.stride() == y.stride() and torch.equal(x, y))
+        or (not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor) and x == y)
+        for x, y in zip(a, b))
 
 
 def _edge_ids(report: Report, reference: GraphModule, sample: tuple) -> dict[str, str]:

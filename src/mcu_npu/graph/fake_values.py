@@ -19,6 +19,8 @@ first one gave, made as the fake mode's own dispatch cache makes it, without dis
 from __future__ import annotations
 
 import functools
+import weakref
+from typing import Callable
 
 import torch
 from torch._subclasses.fake_tensor import (FakeTensor, FakeTensorMode,
@@ -73,23 +75,51 @@ class _Memoized(_Propagation):
 
     def __init__(self, gm, mode):
         super().__init__(gm, mode)
-        self._calls: dict[tuple, tuple] = {}  # call key -> its value's layout
+        self._memo = CallMemo(mode)
 
     def call_function(self, target, args, kwargs):
-        key = call_key(target, args, kwargs, self._mode)
+        return self._memo.call(target, args, kwargs,
+                               lambda: super(_Memoized, self).call_function(target, args, kwargs))
+
+
+class CallMemo:
+    """Fake values of fresh-tensor calls on fake tensors of one mode, by ``call_key``: a
+    repeated call gets a new fake tensor of the layout the first one gave (module
+    docstring). ``memo_of(mode)`` is the one kept with a mode."""
+
+    def __init__(self, mode: FakeTensorMode):
+        self.mode = mode
+        self._calls: dict[tuple, tuple] = {}  # call key -> its value's layout
+
+    def call(self, target, args, kwargs, run: Callable[[], object]):
+        """``target(*args, **kwargs)`` as ``run()`` gives it, from the memo where known."""
+        key = call_key(target, args, kwargs, self.mode)
         if key is None:
-            return super().call_function(target, args, kwargs)
+            return run()
         key = (key, torch.is_grad_enabled())  # a value kept from a call not requiring grad
         made = self._calls.get(key)
         if made is not None:
-            return _fake_of(made, self._mode)
-        result = super().call_function(target, args, kwargs)
-        if plain_fake(result, self._mode) and not result.requires_grad and \
+            return _fake_of(made, self.mode)
+        result = run()
+        if plain_fake(result, self.mode) and not result.requires_grad and \
                 not result.is_conj() and not result.is_neg() and \
                 result.storage_offset() == 0 and result.layout == torch.strided and \
                 not _shares_storage(result, (args, kwargs)):
             self._calls[key] = layout(result)
         return result
+
+
+_MEMOS: "weakref.WeakKeyDictionary[FakeTensorMode, CallMemo]" = weakref.WeakKeyDictionary()
+
+
+def memo_of(mode: FakeTensorMode) -> CallMemo:
+    """The ``CallMemo`` kept with ``mode`` for as long as the mode lives (the passes that
+    compute one node's value at a time share it: an unrolled recurrent layer's cells repeat
+    the same calls)."""
+    memo = _MEMOS.get(mode)
+    if memo is None:
+        memo = _MEMOS[mode] = CallMemo(mode)
+    return memo
 
 
 def _shares_storage(t: torch.Tensor, args) -> bool:

@@ -14,6 +14,7 @@ from ..progress import counted
 from ..upstream.patches import (conv_bn_rewrites_where_they_match, graph_code_on_first_use,
                                 observer_names_in_linear_time, pattern_graphs_traced_once)
 from .calibration import DEFAULT, check_method
+from .calibration.gathered import gathered_min_max
 from .calibration.records import CALIBRATION_KEY, calibration_records
 from .calibration.whole_model import CHECK_KEY, auto_observers, check
 from .annotators import annotator_of, output_dtype, share_recurrent_states
@@ -158,20 +159,23 @@ def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> list:
     between machines by an ulp here and there, and the int8 results downstream by whole
     steps. The float64 activations rounded to float32 (the observers go back to float32
     before ``convert_pt2e``) are the same on every host. A graph that cannot run in float64
-    (an op with a hard-coded float32 constant) is calibrated in float32.
+    (an op with a hard-coded float32 constant) is calibrated in float32. The MinMax
+    observers gather the runs (``calibration.gathered``): the ranges are theirs, found in
+    fewer ops.
     """
     samples = list(samples)
     try:
         with torch.no_grad():
             begin_float64_calibration(prepared)
-            for sample in counted(samples, "calibrating"):
-                prepared(*sample)
+            with gathered_min_max(prepared):
+                for sample in counted(samples, "calibrating"):
+                    prepared(*sample)
             outputs = [run[1] for run in calibration_runs(prepared, take=True)]
     except (RuntimeError, TypeError, AssertionError):
         end_float64_calibration(prepared)
         calibration_runs(prepared, take=True)
         _reset_observers(prepared)
-        with torch.no_grad():
+        with torch.no_grad(), gathered_min_max(prepared):
             outputs = [prepared(*sample) for sample in samples]
     else:
         end_float64_calibration(prepared)

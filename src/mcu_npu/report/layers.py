@@ -40,7 +40,7 @@ from torch.fx import GraphModule, Node
 from ..device.delegate_io import inverse
 from ..graph.ids import node_id
 from .metrics import sqnr_db
-from ..quantization.exact import _DEQUANTIZE, _QUANTIZE, _Float64
+from ..quantization.exact import _DEQUANTIZE, _QUANTIZE, exact_runner
 
 SOURCE_NPU = "npu"
 """The host value is the emulated NPU graph's tensor of the node."""
@@ -75,9 +75,10 @@ def layer_rows(ops, reference: GraphModule, float_graph: GraphModule, edge_ids: 
     ref_outputs = _output_producers(reference)
     values = {o.node: _Values() for o in ops}
     quantized_inputs = {o.node: [] for o in ops}
+    run_float, run_reference = exact_runner(float_graph), exact_runner(reference)
     for sample in samples:
-        floats = _capture(float_graph, sample)
-        refs = _capture(reference, sample)
+        floats = _capture(float_graph, sample, run_float)
+        refs = _capture(reference, sample, run_reference)
         host, outputs = _host_run(run, sample, ref_outputs)
         host_values: dict[Node, torch.Tensor] = {}  # reference node -> its host value
         inputs = dict(zip(placeholders, sample))
@@ -136,26 +137,14 @@ def _text(x) -> str:
 
 
 # -- the three runs ---------------------------------------------------------------------------
-class _Capture(_Float64):
-    """Runs a graph in float64 (``quantization.exact``) and keeps every node's output."""
-
-    def __init__(self, gm: GraphModule):
-        super().__init__(gm)
-        self.outputs: dict[Node, object] = {}
-
-    def run_node(self, n: Node):
-        out = super().run_node(n)
-        self.outputs[n] = out
-        return out
-
-
-def _capture(gm: GraphModule, sample: tuple) -> dict:
-    """Every node's output of ``gm`` on ``sample``; for a float graph keyed by node id too."""
-    interp = _Capture(gm)
+def _capture(gm: GraphModule, sample: tuple, runner) -> dict:
+    """Every node's output of ``gm`` on ``sample``, run in float64 by ``runner``
+    (``quantization.exact.exact_runner(gm)``); for a float graph keyed by node id too."""
+    outputs: dict[Node, object] = {}
     with torch.no_grad():
-        interp.run(*sample)
-    out = dict(interp.outputs)
-    for n, v in interp.outputs.items():
+        runner(*sample, keep=outputs)
+    out = dict(outputs)
+    for n, v in outputs.items():
         ident = node_id(n)
         if ident is not None and n.op == "call_function":
             out[ident] = v  # the last node carrying the id: the op's result

@@ -155,7 +155,8 @@ def constant_attr(gm: GraphModule, near: Node, name: str, value: torch.Tensor) -
 
 
 def fake_value(op: Callable, args: Sequence, kwargs: dict | None = None):
-    """``op`` run on the fake ``meta["val"]`` of its node arguments; None when one is missing."""
+    """``op`` run on the fake ``meta["val"]`` of its node arguments; None when one is missing.
+    A repeated fresh-tensor call is made from its first value (``graph.fake_values.memo_of``)."""
     missing = object()
     vals, kvals = pytree.tree_map_only(Node, lambda n: n.meta.get("val", missing),
                                        (tuple(args), dict(kwargs or {})))
@@ -165,8 +166,10 @@ def fake_value(op: Callable, args: Sequence, kwargs: dict | None = None):
     mode = detect_fake_mode(flat)
     if mode is None:
         return None
+    from mcu_npu.graph.fake_values import memo_of  # reads the quantized ops, registered later
+
     with mode:
-        return op(*vals, **kvals)
+        return memo_of(mode).call(op, vals, kvals, lambda: op(*vals, **kvals))
 
 
 def is_call(node, target) -> bool:
