@@ -17,7 +17,8 @@ Methods, all calibrated on the same ``--calibration`` inputs from the training s
 * float:                      the trained model;
 * ours <target>:              ``mcu_npu.compile(model, example, target=t, calibration=...)``
                               (with ``calibration_method=M`` when ``--calibration-method M``
-                              is given), the ``.pte`` run on the host (``prog.run``);
+                              is given, ``bias_correction=True`` with ``--bias-correction``),
+                              the ``.pte`` run on the host (``prog.run``);
 * upstream Arm <ethos-u>:     ExecuTorch 1.5.1's ``EthosUQuantizer`` with
                               ``get_symmetric_quantization_config(is_per_channel=True)``,
                               PT2E prepare -> calibrate -> convert, run in PyTorch
@@ -121,10 +122,9 @@ def measure(t: Task, floats: torch.Tensor, run) -> dict:
             "median_sqnr": median_input_sqnr(floats, outputs)}
 
 
-def ours(t: Task, floats, target: str, calibration: list, method: str | None) -> dict:
+def ours(t: Task, floats, target: str, calibration: list, extra: dict) -> dict:
     import mcu_npu
 
-    extra = {} if method is None else {"calibration_method": method}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # imxrt700 without NXP's SDK: the reference compiler
         prog = mcu_npu.compile(t.model, t.example(), target=target, calibration=calibration,
@@ -142,14 +142,14 @@ def upstream(t: Task, floats, quantize) -> dict:
     return row
 
 
-def methods(t: Task, targets, calibration, method):
+def methods(t: Task, targets, calibration, extra: dict):
     """(method name, thunk -> row) in table order."""
     from _upstream_arm import quantize_upstream
     from _upstream_nxp import quantize_upstream_nxp
 
     example = t.example()
     for target in targets:
-        yield f"ours {target}", lambda f, tg=target: ours(t, f, tg, calibration, method)
+        yield f"ours {target}", lambda f, tg=target: ours(t, f, tg, calibration, extra)
     for arm in ARM:
         yield f"upstream Arm {arm}", lambda f, a=arm: upstream(
             t, f, lambda: quantize_upstream(t.model, example, calibration, a))
@@ -157,7 +157,7 @@ def methods(t: Task, targets, calibration, method):
         t, f, lambda: quantize_upstream_nxp(t.model, example, calibration))
 
 
-def run_model(name: str, targets, n_calibration: int, method: str | None) -> list[tuple]:
+def run_model(name: str, targets, n_calibration: int, extra: dict) -> list[tuple]:
     start = time.perf_counter()
     t = task(name)
     float_accuracy, floats = evaluate(t, t.model)
@@ -165,7 +165,7 @@ def run_model(name: str, targets, n_calibration: int, method: str | None) -> lis
           f"{float_accuracy:.2f}%", file=sys.stderr, flush=True)
     calibration = t.calibration(n_calibration)
     rows = [(name, "float", {"accuracy": float_accuracy})]
-    for label, thunk in methods(t, targets, calibration, method):
+    for label, thunk in methods(t, targets, calibration, extra):
         start = time.perf_counter()
         try:
             r = thunk(floats)
@@ -232,12 +232,19 @@ def main(argv=None) -> int:
                         help="calibration inputs from the training split (a multiple of 8)")
     parser.add_argument("--calibration-method", default=None,
                         help="passed to mcu_npu.compile as calibration_method= (only when given)")
+    parser.add_argument("--bias-correction", action="store_true",
+                        help="compile with bias_correction=True")
     args = parser.parse_args(argv)
 
+    extra = {} if args.calibration_method is None else \
+        {"calibration_method": args.calibration_method}
+    if args.bias_correction:
+        extra["bias_correction"] = True
     rows = []
     for name in args.models:
-        rows += run_model(name, args.targets, args.calibration, args.calibration_method)
-    method = args.calibration_method or "the compile's default"
+        rows += run_model(name, args.targets, args.calibration, extra)
+    method = (args.calibration_method or "the compile's default") + \
+        (", bias correction" if args.bias_correction else "")
     print(f"\nHeld-out accuracy and SQNR against float ({args.calibration} calibration inputs, "
           f"calibration method: {method})\n")
     print("\n".join(table(rows)))

@@ -14,7 +14,7 @@ from .device.program_io import dequantize_outputs, quantize_inputs
 from .errors import ConfigError, HostDataMissingError, stage
 from .firmware.files import check_output, write_all
 from .flow.export import exported_model
-from .flow.inputs import check_calibration_method
+from .flow.inputs import check_bias_correction, check_calibration_method
 from .flow.run import compile_program
 from .progress import reporting
 from .quantization.precision import AutoPrecision, parse_precision
@@ -168,6 +168,7 @@ def compile(
     memory: str = "auto",
     etrecord: str | os.PathLike | None = None,
     calibration_method: str = "minmax",
+    bias_correction: bool = False,
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -225,6 +226,13 @@ def compile(
     (``report.calibration``). With ``train_fn`` the fake quantizers learn the ranges: only
     "auto" and "minmax" are accepted, and both mean the training's moving-average min / max.
 
+    ``bias_correction=True`` corrects each convolution's and linear layer's bias after
+    calibration so that its int8 outputs keep the float model's per-channel means on the
+    calibration samples (rounded weights shift them, most in depthwise and small-fan-in
+    layers), kept only where the whole model's output SQNR on those samples rises
+    (``quantization.calibration.bias_correction``; ``report.calibration`` gives the
+    verdict). Not with ``train_fn``: training sets the biases.
+
     ``etrecord`` names a file to write the compile's ETRecord to, for ExecuTorch's
     ``Inspector`` (``docs/debugging.md``); the device program is the same without it.
 
@@ -236,6 +244,7 @@ def compile(
             model, example_inputs = exported_model(model, example_inputs)
         request = parse_precision(precision)
         check_calibration_method(calibration_method, qat=train_fn is not None)
+        check_bias_correction(bias_correction, qat=train_fn is not None)
         if etrecord is not None:
             check_output(etrecord)  # before the compile, not after it
         if isinstance(request, AutoPrecision) and etrecord is not None:
@@ -252,13 +261,15 @@ def compile(
                           operators_not_to_delegate=operators_not_to_delegate,
                           progress=progress, train_fn=train_fn, io=io, deployable=deployable,
                           strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile,
-                          memory=memory, calibration_method=calibration_method)
+                          memory=memory, calibration_method=calibration_method,
+                          bias_correction=bias_correction)
         # any failure the stages below do not name
         with stage("compiling the model", show=False):
             return _compile(model, example_inputs, target, calibration, npu_compiler,
                             operators_not_to_delegate, train_fn, io, deployable, strict,
                             accuracy_samples, request, memory=memory, etrecord=etrecord,
                             calibration_method=calibration_method,
+                            bias_correction=bias_correction,
                             inputs=inputs, outputs=outputs)
 
 

@@ -96,7 +96,7 @@ class _Search:
 def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, npu_compiler,
            operators_not_to_delegate, progress, train_fn, io, deployable, strict,
            accuracy_samples, compile_fn: Callable, memory: str = "auto",
-           calibration_method: str = "minmax"):
+           calibration_method: str = "minmax", bias_correction: bool = False):
     """Compile ``model`` with int8 activations, then raise layers to int16 as ``auto`` says
     (module docstring). Returns the chosen ``CompiledProgram``; warns when the target is not
     met or the target's NPU takes int8 only. ``compile_fn`` is ``api._compile``."""
@@ -108,7 +108,7 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
     user_layers = accuracy_samples
     compile_one = _compiler(compile_fn, model, inputs, target, calibration, npu_compiler,
                             operators_not_to_delegate, train_fn, io, deployable, strict,
-                            memory, calibration_method)
+                            memory, calibration_method, bias_correction)
     show = bool(progress) if progress is not None else sys.stderr.isatty()
     s = _Search(auto, show)
     samples = _samples(auto.samples) if auto.samples is not None else None
@@ -146,7 +146,7 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
     same model, target and options: the trials skip planning it again), and start from its
     exported and rewritten graph."""
     (target, calibration, npu_compiler, operators_not_to_delegate, train_fn, io,
-     deployable, strict, memory, calibration_method) = args
+     deployable, strict, memory, calibration_method, bias_correction) = args
     compiled = 0
     chosen: dict = {}
     first: dict = {}
@@ -160,7 +160,8 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
                               operators_not_to_delegate, train_fn, io, deployable, strict,
                               layer_samples, request,
                               memory=chosen.get("memory", memory), plan=first.get("plan"),
-                              calibration_method=calibration_method, started=started)
+                              calibration_method=calibration_method, started=started,
+                              bias_correction=bias_correction)
         first.setdefault("plan", getattr(prog, "_plan", None))
         if memory == "auto" and not chosen:
             chosen.update(prog.report.placement)

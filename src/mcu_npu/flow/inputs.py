@@ -41,12 +41,13 @@ def check_arguments(example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, io, accuracy_samples,
                     stacklevel: int = 2, memory: str = "auto", *,
                     calibration_method: str = DEFAULT, qat: bool = False, inputs=None,
-                    outputs=None) -> Arguments:
+                    outputs=None, bias_correction: bool = False) -> Arguments:
     """The arguments as the stages take them, ConfigError for any the flow cannot use.
     Without calibration data the example inputs calibrate, with a warning that points where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
     tgt = get_target(target)
     check_calibration_method(calibration_method, qat)
+    check_bias_correction(bias_correction, qat)
     check_io(io)
     check_memory(memory, tgt)
     check_npu_compiler(npu_compiler, tgt)
@@ -64,13 +65,26 @@ def check_arguments(example_inputs, target, calibration, npu_compiler,
         inputs, outputs, io, example_inputs, samples, accuracy_samples)
     return Arguments(tgt, example_inputs, samples,
                      PlanOptions(tuple(operators_not_to_delegate), npu_compiler,
-                                 calibration_method=calibration_method), io,
+                                 calibration_method=calibration_method,
+                                 bias_correction=bias_correction), io,
                      accuracy_samples, memory, program_io)
 
 
 QAT_METHODS = ("auto", "minmax")
 """What ``calibration_method`` may say with quantization-aware training: its fake quantizers
 start from the calibration's min / max and follow a moving average of it while training."""
+
+
+def check_bias_correction(bias_correction, qat: bool = False) -> bool:
+    """``bias_correction`` as the flow takes it: a bool, and off with quantization-aware
+    training (its training sets the biases)."""
+    if not isinstance(bias_correction, bool):
+        raise ConfigError(f"bias_correction takes True or False, not {bias_correction!r}")
+    if bias_correction and qat:
+        raise ConfigError("bias_correction does not apply to quantization-aware training: "
+                          "its training sets the biases; leave bias_correction=False with "
+                          "train_fn")
+    return bias_correction
 
 
 def check_calibration_method(method, qat: bool = False) -> str:

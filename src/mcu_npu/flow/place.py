@@ -93,7 +93,8 @@ def trial(aten_program_or_graph, target, options: PlanOptions = PlanOptions(), *
     samples = list(options.calibration) if options.calibration is not None \
         else [synthetic_inputs(model)]
     example_inputs = tuple(example_inputs) if example_inputs is not None else samples[0]
-    quantizer = _Trial(calibration_method=options.calibration_method)
+    quantizer = _Trial(calibration_method=options.calibration_method,
+                       bias_correction=options.bias_correction)
     with step("quantize"):
         reference = quantize(model, example_inputs, samples, quantizer)
     with step("edge"):

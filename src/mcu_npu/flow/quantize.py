@@ -66,7 +66,8 @@ def ptq(graph, example_inputs, samples, target, options: PlanOptions,
         try:  # the composed quantizer checks the plan was made for the graph it annotates
             return _requantize(attempt, example_inputs, samples, target, known,
                                resolve_precision(precision, attempt, known), fallback,
-                               planner=None, method=options.calibration_method)
+                               planner=None, method=options.calibration_method,
+                               correct=options.bias_correction)
         except PlanMismatch:
             pass  # planned anew below
     stages = {"quantize": lambda: stage("quantizing and calibrating", QUANTIZE_HINT),
@@ -77,27 +78,31 @@ def ptq(graph, example_inputs, samples, target, options: PlanOptions,
     # and the program is quantized again anyway: one calibration sample does
     decided, reference, edge = trial(graph, target,
                                      replace(options, calibration=samples[:1] if mixed
-                                             else samples),
+                                             else samples,
+                                             bias_correction=options.bias_correction
+                                             and not mixed),
                                      graph_in_place=not fallback and not mixed,
                                      example_inputs=example_inputs, stages=stages)
     choice = resolve_precision(precision, graph, decided) if mixed else None
     if not mixed and (not fallback or not decided.placement.cpu):
         return Quantized(reference, edge, decided, choice)
     return _requantize(graph, example_inputs, samples, target, decided, choice, fallback,
-                       method=options.calibration_method)
+                       method=options.calibration_method,
+                       correct=options.bias_correction)
 
 
 def _requantize(graph, example_inputs, samples, target, decided: Plan,
                 choice: PrecisionChoice | None, fallback: bool, planner=plan,
-                method: str = "auto") -> Quantized:
+                method: str = "auto", correct: bool = False) -> Quantized:
     """``graph`` quantized as ``decided`` places it: the Cortex-M rules off the NPU (with
     ``fallback``; ``planner``: what plans a graph ``decided`` was not made for, None to
     raise ``PlanMismatch``), 16x8 specs where ``choice`` says, activation ranges by the
-    calibration ``method``."""
+    calibration ``method``, the layers' biases corrected with ``correct``."""
     with stage("quantizing for the NPU and the Cortex-M kernels", exclude_hint):
         quantizer = TargetQuantizer(target, plan=decided, planner=planner, precision=choice,
-                                    calibration_method=method) \
-            if fallback else NeutronQuantizer(precision=choice, calibration_method=method)
+                                    calibration_method=method, bias_correction=correct) \
+            if fallback else NeutronQuantizer(precision=choice, calibration_method=method,
+                                              bias_correction=correct)
         reference = quantize(graph, example_inputs, samples, quantizer)
     with stage(TO_EDGE):
         return Quantized(reference, to_edge_program(reference, example_inputs), decided,

@@ -17,6 +17,7 @@ from ..partition.plan import Plan
 from ..quantization.precision import PrecisionChoice, PrecisionRequest
 from ..report import OpPlacement, PartitionInfo, Report
 from ..quantization.calibration.records import CALIBRATION_KEY
+from ..quantization.calibration.bias_correction import CORRECTED_KEY
 from ..quantization.calibration.whole_model import CHECK_KEY
 from ..report.calibration import calibration_section
 from ..report.latency import estimate_latency
@@ -57,7 +58,8 @@ def record_calibration(report: Report, reference, method: str) -> None:
                   if o.ident in records else o for o in report.ops]
     names = {o.ident: o.node for o in report.ops if o.ident}
     check = getattr(reference, "meta", {}).get(CHECK_KEY)
-    report.calibration = calibration_section(method, records, names, check)
+    bias = getattr(reference, "meta", {}).get(CORRECTED_KEY)
+    report.calibration = calibration_section(method, records, names, check, bias)
 
 
 def build_report(plan: Plan, edge, facts: dict | None = None) -> Report:

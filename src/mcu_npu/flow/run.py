@@ -61,7 +61,8 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
                     stacklevel: int = 2, keep_edges: bool = False, plan=None,
                     calibration_method: str = "minmax", inputs=None,
-                    outputs=None, started: dict | None = None) -> Compiled:
+                    outputs=None, started: dict | None = None,
+                    bias_correction: bool = False) -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the
     ``Compiled.plan`` of a compile of the same model for the same target and options (the
@@ -74,17 +75,19 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
         return _run(model, example_inputs, target, calibration, npu_compiler,
                     operators_not_to_delegate, train_fn, io, deployable, strict,
                     accuracy_samples, precision, memory, stacklevel + 1, keep_edges, plan,
-                    calibration_method, inputs, outputs, started)
+                    calibration_method, inputs, outputs, started, bias_correction)
 
 
 def _run(model, example_inputs, target, calibration, npu_compiler, operators_not_to_delegate,
          train_fn, io, deployable, strict, accuracy_samples, precision, memory, stacklevel,
-         keep_edges, plan, calibration_method, inputs, outputs, started) -> Compiled:
+         keep_edges, plan, calibration_method, inputs, outputs, started,
+         bias_correction) -> Compiled:
     """``compile_program``'s stages (``stacklevel`` counted from here)."""
     args = check_arguments(example_inputs, target, calibration, npu_compiler,
                            operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
                            memory, calibration_method=calibration_method,
-                           qat=train_fn is not None, inputs=inputs, outputs=outputs)
+                           qat=train_fn is not None, inputs=inputs, outputs=outputs,
+                           bias_correction=bias_correction)
     if started:  # quantization leaves the rewritten graph as it found it only in a copy
         float_model, graph = started["float_model"], copy.deepcopy(started["graph"])
     else:

@@ -53,12 +53,15 @@ class PlanOptions:
     (None: deterministic synthetic inputs; the checks read shapes, arguments and graph
     structure, never quantization values, so both decide alike); ``calibration_method``:
     how the trial quantization chooses activation ranges (``quantization.calibration``;
-    the plan does not depend on it, and a trial kept as the compile's result has it)."""
+    the plan does not depend on it, and a trial kept as the compile's result has it);
+    ``bias_correction``: the trial quantization corrects layer biases
+    (``quantization.calibration.bias_correction``), likewise."""
 
     operators_not_to_delegate: tuple[str, ...] = ()
     npu_compiler: str = "auto"
     calibration: tuple | None = field(default=None, compare=False, repr=False)
     calibration_method: str = field(default="minmax", compare=False)
+    bias_correction: bool = field(default=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "operators_not_to_delegate",

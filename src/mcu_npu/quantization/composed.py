@@ -77,11 +77,13 @@ class TargetQuantizer(Quantizer):
         planner: Planner | None = None,
         precision: PrecisionChoice | None = None,
         calibration_method: str = DEFAULT,
+        bias_correction: bool = False,
     ):
         super().__init__()
         self.target = get_target(target)
         self.is_qat = is_qat
         self.calibration_method = check_method(calibration_method)
+        self.bias_correction = bias_correction
         self.precision = precision
         self.aten_passes = list(aten_passes)
         if plan is not None:

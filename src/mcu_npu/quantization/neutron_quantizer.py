@@ -17,6 +17,7 @@ from .calibration import DEFAULT, check_method
 from .calibration.gathered import gathered_min_max
 from .calibration.records import CALIBRATION_KEY, calibration_records
 from .calibration.whole_model import CHECK_KEY, auto_observers, check
+from .calibration.bias_correction import CORRECTED_KEY, correct
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
 from .pinned_inputs import pin_input_observers
@@ -36,7 +37,9 @@ class NeutronQuantizer(Quantizer):
     ``precision`` (a ``PrecisionChoice``) gives its nodes int16 activations, and the data
     movement that reads them (``precision.follows_input``); the rest is int8.
     ``calibration_method`` chooses each activation's range (``calibration.METHODS``; "auto"
-    picks per tensor); QAT's fake quantizers ignore it.
+    picks per tensor); QAT's fake quantizers ignore it. With ``bias_correction``
+    ``quantize`` corrects the layers' biases after calibration
+    (``calibration.bias_correction``).
     """
 
     def __init__(
@@ -47,10 +50,12 @@ class NeutronQuantizer(Quantizer):
         aten_passes: Iterable = (),
         precision: PrecisionChoice | None = None,
         calibration_method: str = DEFAULT,
+        bias_correction: bool = False,
     ):
         super().__init__()
         self.is_qat = is_qat
         self.calibration_method = check_method(calibration_method)
+        self.bias_correction = bias_correction
         self.specs = QuantSpecs(is_qat=is_qat, calibration=calibration_method)
         self.specs16 = QuantSpecs(is_qat=is_qat, int16=True, calibration=calibration_method)
         self.node_filter = node_filter
@@ -118,7 +123,9 @@ def quantize(
 
     The result is the quantized reference: running it in PyTorch gives the numbers an int8
     deployment must reproduce. Its ``meta[CALIBRATION_KEY]`` holds how each activation's
-    range was chosen (``calibration.records.calibration_records``). torchao runs within
+    range was chosen (``calibration.records.calibration_records``), its
+    ``meta[CORRECTED_KEY]`` the bias correction's verdict where the quantizer asks for one
+    (``bias_correction``). torchao runs within
     ``torchao_as_quantize_runs_it``: its QAT conv + BatchNorm rewrites only where they can
     match, on patterns traced once per process, observers named in linear time and graph
     code generated when it is used.
@@ -135,11 +142,24 @@ def quantize(
         samples = list(calibration) if calibration is not None else [tuple(example_inputs)]
         outputs = calibrate(prepared, samples)
         verdict = check_auto(prepared, samples, outputs)
+        corrected = _bias_correction(prepared, samples, outputs) \
+            if getattr(quantizer, "bias_correction", False) else None
         reference, records = _convert(prepared)
+    if corrected is not None:
+        reference.meta[CORRECTED_KEY] = corrected
     reference.meta[CALIBRATION_KEY] = records
     if verdict is not None:
         reference.meta[CHECK_KEY] = verdict
     return reference
+
+
+def _bias_correction(prepared: GraphModule, samples: list, outputs: list) -> dict | None:
+    """``calibration.bias_correction.correct`` on every layer of ``prepared``; None where
+    the graph cannot compute in float64 (the biases are left as they were)."""
+    try:
+        return correct(prepared, samples, outputs, lambda: _computing_in_float64(prepared))
+    except (RuntimeError, TypeError, AssertionError):
+        return None
 
 
 def _convert(prepared: GraphModule) -> tuple[GraphModule, dict]:

@@ -14,9 +14,12 @@ SHOWN = 5
 
 
 def calibration_section(method: str, records: dict[str, dict],
-                        names: dict[str, str] | None = None, check: dict | None = None) -> dict:
+                        names: dict[str, str] | None = None, check: dict | None = None,
+                        bias: dict | None = None) -> dict:
     """``{"method", "counts": {method: tensors}, "tensors": [...]}``, plus ``check``: auto's
-    whole-model verdict (``quantization.calibration.whole_model``) where it ran. Each tensor
+    whole-model verdict (``quantization.calibration.whole_model``) where it ran, and
+    ``bias_correction``: the bias correction's (``quantization.calibration.bias_correction``)
+    where it was asked for. Each tensor
     row holds ``node`` (the report's op producing it, by ``names``: ATen node id -> op node;
     else the id, or the name of a program input), ``method``, ``bits`` and, where measured,
     ``mse``, ``minmax_mse``, ``gain_db`` and ``range``."""
@@ -31,6 +34,8 @@ def calibration_section(method: str, records: dict[str, dict],
     section = {"method": method, "counts": dict(sorted(counts.items())), "tensors": tensors}
     if check:
         section["check"] = dict(check)
+    if bias:
+        section["bias_correction"] = dict(bias)
     return section
 
 
@@ -46,6 +51,8 @@ def calibration_summary(section: dict) -> dict:
     summary = {"method": section.get("method"), "counts": dict(section.get("counts", {}))}
     if section.get("check"):
         summary["kept"] = section["check"]["kept"]
+    if section.get("bias_correction"):
+        summary["bias_correction"] = section["bias_correction"]["kept"]
     return summary
 
 
@@ -58,6 +65,7 @@ def calibration_lines(section: dict) -> list[str]:
     parts = ", ".join(f"{n} {name}" for name, n in sorted(counts.items(), key=lambda c: -c[1]))
     lines = [f"calibration {section.get('method')}: {total} activation tensor(s): {parts}"]
     lines += _check_lines(section.get("check"))
+    lines += _bias_lines(section.get("bias_correction"))
     moved = sorted((t for t in section.get("tensors", [])
                     if t.get("gain_db") and t["method"] != "minmax"),
                    key=lambda t: -t["gain_db"])
@@ -80,6 +88,17 @@ def _check_lines(check: dict | None) -> list[str]:
     if check["kept"] == "auto":
         return [f"  auto's ranges kept: {figures}"]
     return [f"  auto's ranges turned down, MinMax everywhere: {figures}"]
+
+
+def _bias_lines(verdict: dict | None) -> list[str]:
+    """The bias correction's verdict and the SQNR with and without it."""
+    if not verdict:
+        return []
+    figures = (f"output SQNR on {verdict['samples']} calibration sample(s) "
+               f"{verdict['after_db']:.2f} dB corrected, {verdict['before_db']:.2f} dB not")
+    if verdict["kept"]:
+        return [f"  biases corrected in {verdict['layers']} layer(s): {figures}"]
+    return [f"  bias correction turned down ({verdict['layers']} layer(s)): {figures}"]
 
 
 def _range(t: dict) -> str:
