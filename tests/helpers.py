@@ -150,6 +150,15 @@ def assert_same_outputs(a, b, a_name: str = "a", b_name: str = "b") -> None:
                 f"{float(diff.max()):g}, first at flat index {int((diff > 0).flatten().nonzero()[0])})")
 
 
+
+def assert_same_program(a, b, samples, a_name: str = "a", b_name: str = "b") -> None:
+    """Two compiles gave the same program: the same ``.pte`` bytes, report accuracy and,
+    on every sample (a tuple of inputs), the same outputs bit for bit."""
+    assert a.buffer == b.buffer, f"{a_name} and {b_name} give different .pte bytes"
+    assert a.report.accuracy == b.report.accuracy
+    for sample in samples:
+        assert_same_outputs(a.run(*sample), b.run(*sample), a_name, b_name)
+
 DEVICE_OVERHEAD_LIMIT = 4096
 """Bytes a device ``.pte`` may hold beyond its NPU payloads, its constants and ExecuTorch's
 per-entry tables (docs/companion.md)."""

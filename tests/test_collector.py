@@ -13,6 +13,8 @@ import torch
 
 from mcu_npu.flow.collector import earlier_objects_frozen
 
+from helpers import assert_same_program
+
 
 @pytest.fixture
 def unfrozen():
@@ -119,8 +121,4 @@ def test_a_compile_gives_the_same_program_with_and_without_the_freeze(monkeypatc
     assert gc.get_freeze_count() == 0
     monkeypatch.setattr(run, "earlier_objects_frozen", nullcontext)
     plain = compiled()
-    assert frozen.buffer == plain.buffer
-    assert frozen.report.accuracy == plain.report.accuracy
-    for (x,) in cal:
-        for a, b in zip(frozen.run(x), plain.run(x)):
-            assert torch.equal(a, b)
+    assert_same_program(frozen, plain, cal, "frozen", "not frozen")

@@ -22,6 +22,8 @@ from mcu_npu.flow.edge import core_aten_program, edge_compile_config
 from mcu_npu.flow.export import export_module
 from mcu_npu.quantization import NeutronQuantizer, quantize
 
+from helpers import assert_same_program
+
 
 def _major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
@@ -427,11 +429,7 @@ def test_graph_code_on_first_use_gives_the_same_program(monkeypatch):
     lazy = compiled()
     monkeypatch.setattr(run, "graph_code_on_first_use", nullcontext)
     eager = compiled()
-    assert lazy.buffer == eager.buffer
-    assert lazy.report.accuracy == eager.report.accuracy
-    for (x,) in cal:
-        for a, b in zip(lazy.run(x), eager.run(x)):
-            assert torch.equal(a, b)
+    assert_same_program(lazy, eager, cal, "code on first use", "code at once")
 
 
 # --- to_executorch_without_idle_dim_order_pass ----------------------------------------------
@@ -501,11 +499,7 @@ def test_to_executorch_without_the_idle_pass_gives_the_same_program(monkeypatch,
                         lambda edge: edge.to_executorch())
     plain = compiled()
     assert seen  # to_executorch as it is runs the pass
-    assert patched.buffer == plain.buffer
-    assert patched.report.accuracy == plain.report.accuracy
-    for (x,) in cal:
-        for a, b in zip(patched.run(x), plain.run(x)):
-            assert torch.equal(a, b)
+    assert_same_program(patched, plain, cal, "without the idle pass", "to_executorch")
 
 
 # --- cia_ops_collected_once -----------------------------------------------------------------
