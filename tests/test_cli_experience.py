@@ -163,3 +163,10 @@ def test_version_and_help_state_the_defaults():
     for name in COMPILER_NAMES:
         assert f"{name}:" in help_text, name
     assert "(default auto)" in help_text and "FILE.pt2" in help_text
+    # the calibration method the command compiles with by default is compile()'s
+    method = inspect.signature(mcu_npu.compile).parameters["calibration_method"].default
+    assert f"{method} (default:" in help_text
+    from mcu_npu.cli import build_parser
+
+    assert build_parser().parse_args(
+        ["compile", "m.py:f", "-o", "m.pte"]).calibration_method == method

@@ -17,6 +17,7 @@ from .flow.export import exported_model
 from .flow.inputs import check_bias_correction, check_calibration_method
 from .flow.run import compile_program
 from .progress import reporting
+from .quantization.calibration import DEFAULT as DEFAULT_CALIBRATION
 from .quantization.precision import AutoPrecision, parse_precision
 from .report import Report
 from .runtime import load_program
@@ -167,7 +168,7 @@ def compile(
     precision=None,
     memory: str = "auto",
     etrecord: str | os.PathLike | None = None,
-    calibration_method: str = "minmax",
+    calibration_method: str = DEFAULT_CALIBRATION,
     bias_correction: bool = False,
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
@@ -215,12 +216,12 @@ def compile(
     target's memory map (``flow.memory``; ``report.placement`` says why).
 
     ``calibration_method`` chooses how each activation's quantization range is set from the
-    calibration data: ``"minmax"`` (the default) the range the data reached; ``"auto"``
-    measures, per tensor, the quantization error
+    calibration data: ``"auto"`` (the default) measures, per tensor, the quantization error
     (clipping and rounding) of the MinMax, histogram, percentile and MSE ranges and keeps
     the lowest when it beats MinMax's, provided the whole model's output SQNR on the
     calibration samples rises with those ranges (else MinMax everywhere;
-    ``quantization.calibration.whole_model``); ``"histogram"``,
+    ``quantization.calibration.whole_model``); ``"minmax"`` the range the data reached;
+    ``"histogram"``,
     ``"percentile"`` or ``"mse"`` use that one method everywhere
     (``mcu_npu.quantization.calibration``). The report gives each tensor's method and error
     (``report.calibration``). With ``train_fn`` the fake quantizers learn the ranges: only

@@ -343,10 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the program lives: auto (default: the fastest placement that "
                         "fits the target's memory map), flash (weights read in place), sram, "
                         "or dedicated-sram (Ethos-U65/U85)")
-    c.add_argument("--calibration-method", default="minmax", metavar="M",
-                   help="how activation ranges are set from the calibration data: minmax "
-                        "(default), auto (per tensor, the lowest measured quantization "
-                        "error), histogram, percentile or mse")
+    c.add_argument("--calibration-method", default="auto", metavar="M",
+                   help="how activation ranges are set from the calibration data: auto "
+                        "(default: per tensor, the lowest measured quantization error, kept "
+                        "where the model's output SQNR rises), minmax, histogram, percentile "
+                        "or mse")
     c.add_argument("--bias-correction", action="store_true",
                    help="correct each layer's bias after calibration so its int8 outputs keep "
                         "the float model's per-channel means (kept where the model's output "

@@ -29,6 +29,7 @@ from .flow.place import plan
 from .flow.rewrite import default_aten_passes
 from .partition import NeutronPartitioner
 from .quantization import NeutronQuantizer
+from .quantization.calibration import DEFAULT as DEFAULT_CALIBRATION
 from .quantization.composed import TargetQuantizer
 from .quantization.neutron_quantizer import (RecipePatches, begin_float64_calibration,
                                              end_float64_calibration, whole_model_check)
@@ -78,7 +79,7 @@ def neutron_recipe(
     npu_compiler: str = "auto",
     operators_not_to_delegate: Iterable[str] = (),
     cortex_m: bool = False,
-    calibration_method: str = "minmax",
+    calibration_method: str = DEFAULT_CALIBRATION,
 ) -> ExportRecipe:
     """The Neutron recipe for ``target``; ``calibration_method`` as ``mcu_npu.compile``'s."""
     tgt = get_target(target)
@@ -138,7 +139,7 @@ def get_imxrt700_recipe(
     calibration: Iterable | None = None,
     npu_compiler: str = "auto",
     operators_not_to_delegate: Iterable[str] = (),
-    calibration_method: str = "minmax",
+    calibration_method: str = DEFAULT_CALIBRATION,
 ) -> ExportRecipe:
     """The i.MX RT700 as one target: Neutron N3-64 first, Cortex-M33 int8 kernels for the
     rest, with one composed quantizer deciding which rules each node gets."""

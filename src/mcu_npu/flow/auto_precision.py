@@ -38,6 +38,7 @@ import torch
 
 from ..errors import ConfigError, McuNpuError, stage
 from ..graph.ids import node_id
+from ..quantization.calibration import DEFAULT
 from ..quantization.precision import INT8, INT16, AutoPrecision, PrecisionRequest
 from ..targets import get_target
 
@@ -96,7 +97,7 @@ class _Search:
 def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, npu_compiler,
            operators_not_to_delegate, progress, train_fn, io, deployable, strict,
            accuracy_samples, compile_fn: Callable, memory: str = "auto",
-           calibration_method: str = "minmax", bias_correction: bool = False):
+           calibration_method: str = DEFAULT, bias_correction: bool = False):
     """Compile ``model`` with int8 activations, then raise layers to int16 as ``auto`` says
     (module docstring). Returns the chosen ``CompiledProgram``; warns when the target is not
     met or the target's NPU takes int8 only. ``compile_fn`` is ``api._compile``."""

@@ -13,6 +13,7 @@ from torch.fx import GraphModule
 
 from ..graph.module_names import module_meta, restore_module_meta
 from ..partition.plan import Plan
+from ..quantization.calibration import DEFAULT
 from ..quantization.pinned_inputs import pinned
 from ..quantization.precision import PrecisionRequest
 from ..upstream.patches import graph_code_on_first_use
@@ -60,7 +61,7 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
                     deployable=False, strict=False, accuracy_samples=None,
                     precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
                     stacklevel: int = 2, keep_edges: bool = False, plan=None,
-                    calibration_method: str = "minmax", inputs=None,
+                    calibration_method: str = DEFAULT, inputs=None,
                     outputs=None, started: dict | None = None,
                     bias_correction: bool = False) -> Compiled:
     """``mcu_npu.compile`` with a parsed precision request. Warnings point where
