@@ -45,7 +45,9 @@ def default_aten_passes(target) -> list:
     multiplications and reciprocal square roots), and a reshape that needs a copy makes it
     explicit, so the copy is quantized too; a BatchNorm that no convolution or linear layer
     absorbs becomes a depthwise convolution, and a resize of a small map that the NPU cannot
-    resize a linear layer over its positions."""
+    resize a linear layer over its positions; last, layers that share a bias (the unrolled
+    steps of a recurrent layer) each read it through a node of their own, so each gets its
+    int32 bias in its own scale."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
                               ConvertConstantIndexToSlices, ConvertDivToMul,
@@ -57,7 +59,7 @@ def default_aten_passes(target) -> list:
                               DecomposeUnbind, FoldConstants,
                               FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
                               LinearOfActivations, MakeConvPaddingExplicit,
-                              SaturateAttentionMask, StackByConcat)
+                              SaturateAttentionMask, SplitSharedBiases, StackByConcat)
 
     return [InlineDisabledAutocast(), MakeConvPaddingExplicit(), ConvertUpsample1dTo2d(),
             AddBatchDimension(), ConvertPoolingTo2d(),
@@ -68,4 +70,4 @@ def default_aten_passes(target) -> list:
             ConvertConstantIndexToSlices(), ConvertPadModeToSlices(), ConvertRepeatToCat(),
             StackByConcat(), DecomposeUnbind(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeRoots(), DecomposeReshape(),
-            ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target)]
+            ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target), SplitSharedBiases()]

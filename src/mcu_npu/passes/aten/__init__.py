@@ -35,6 +35,7 @@ from mcu_npu.passes.aten.linear_of_activations import LinearOfActivations
 from mcu_npu.passes.aten.make_conv_padding_explicit import MakeConvPaddingExplicit
 from mcu_npu.passes.aten.saturate_attention_mask import SaturateAttentionMask
 from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
+from mcu_npu.passes.aten.split_shared_biases import SplitSharedBiases
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
 __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
@@ -50,4 +51,5 @@ __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantI
            "InlineDisabledAutocast",
            "LinearOfActivations", "MakeConvPaddingExplicit",
            "ProjSizeNotSupportedError", "SaturateAttentionMask", "SplitGRUByLayers",
+           "SplitSharedBiases",
            "StackByConcat", "decompose_on_cpu"]
