@@ -122,9 +122,10 @@ def _lowering_passes() -> list:
 
 
 class CortexMLowering(ExportedProgramPassBase):
-    """Edge program -> the same program with Cortex-M int8 kernels for the CPU's ops: the
-    explicit-layout passes as ``CortexMPassManager`` runs them, less those that find nothing
-    to rewrite in this graph (``cortex_m_pass_skips``)."""
+    """Edge program -> the same program with Cortex-M int8 kernels for the CPU's ops: a
+    quantized ``full`` made in int8 (``QuantizeFullAsInteger``), then the explicit-layout
+    passes as ``CortexMPassManager`` runs them, less those that find nothing to rewrite in
+    this graph (``cortex_m_pass_skips``)."""
 
     def __init__(self, core: str):
         self.core = core
@@ -132,8 +133,10 @@ class CortexMLowering(ExportedProgramPassBase):
     def call(self, exported_program: ExportedProgram):
         from executorch.exir.pass_base import ExportedProgramPassResult
 
+        from ..passes.edge.quantize_full_as_integer import QuantizeFullAsInteger
         from .cortex_m_pass_skips import run_passes
 
+        QuantizeFullAsInteger()(exported_program)
         lowered = run_passes(exported_program, _lowering_passes(),
                              _target_config(self.core))
         return ExportedProgramPassResult(lowered, True)
