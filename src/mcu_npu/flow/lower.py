@@ -14,7 +14,7 @@ from ..errors import PartitionError, stage, stage_error
 from ..partition import NpuPartitioner
 from ..partition.plan import Plan, PlanOptions, plan_program
 from ..partition.support import Rejection, VerdictCategory
-from ..passes.edge import RefreshStrides
+from ..passes.edge import DecomposePortableLinear, RefreshStrides
 from .place import exclude_hint
 
 DELEGATING = "delegating to the NPU"
@@ -51,7 +51,9 @@ def lower(edge, plan: Plan, target=None):
 
     The NPU side never fails the compile: a partition its NPU compiler fails on is planned
     again with its nodes on the CPU, and where ExecuTorch's Cortex-M lowering fails the CPU
-    ops run as portable kernels; the report gives each such node the error as its reason."""
+    ops run as portable kernels; the report gives each such node the error as its reason.
+    A linear layer left to the portable kernels becomes the ops they have
+    (``DecomposePortableLinear``)."""
     with stage(DELEGATING, exclude_hint):
         for method in edge.methods:
             RefreshStrides()(edge.exported_program(method))
@@ -87,6 +89,7 @@ def lower(edge, plan: Plan, target=None):
                 edge, plan = before, _all_portable(plan, str(why).splitlines()[0])
     with stage(DELEGATING):
         for method in edge.methods:
+            DecomposePortableLinear()(edge.exported_program(method))
             use_device_ids(edge.exported_program(method))
     return edge, plan
 
