@@ -28,16 +28,13 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from mcu_npu.graph.schema import bind
+
 aten = torch.ops.aten
 
 LAYERS = (aten.linear.default, aten.conv1d.default, aten.conv2d.default,
           aten.conv_transpose1d.default, aten.conv_transpose2d.input, aten.convolution.default)
-"""Ops whose third argument (or ``bias`` keyword) is a bias quantized from their input and
-weight scales."""
-
-
-def bias_of(node: Node):
-    return node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+"""Ops whose ``bias`` argument is quantized from their input and weight scales."""
 
 
 class SplitSharedBiases(PassBase):
@@ -50,7 +47,7 @@ class SplitSharedBiases(PassBase):
         for node in list(graph.nodes):
             if node.op != "call_function" or node.target not in LAYERS:
                 continue
-            bias = bias_of(node)
+            bias = bind(node).bias
             if not isinstance(bias, Node) or bias.op != "get_attr":
                 continue
             if bias not in seen:

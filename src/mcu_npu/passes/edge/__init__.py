@@ -11,5 +11,5 @@ from mcu_npu.passes.edge.remove_input_quantize import RemoveInputQuantize
 from mcu_npu.passes.edge.remove_output_dequantize import RemoveOutputDequantize
 from mcu_npu.passes.edge.take_integer_input import TakeIntegerInput
 
-__all__ = ["DecomposePortableLinear", "IOQuantization", "QuantizeFullAsInteger", "RefreshStrides", "RemoveInputQuantize", "RemoveOutputDequantize",
-           "TakeIntegerInput"]
+__all__ = ["DecomposePortableLinear", "IOQuantization", "QuantizeFullAsInteger", "RefreshStrides",
+           "RemoveInputQuantize", "RemoveOutputDequantize", "TakeIntegerInput"]

@@ -28,6 +28,8 @@ from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPa
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from mcu_npu.graph.schema import bind
+
 aten = exir_ops.edge.aten
 LINEAR = aten.linear.default
 
@@ -39,8 +41,8 @@ class DecomposePortableLinear(ExportedProgramPassBase):
         graph = exported_program.graph_module.graph
         found = [n for n in graph.nodes if n.op == "call_function" and n.target == LINEAR]
         for node in found:
-            x, weight = node.args[:2]
-            bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+            a = bind(node)
+            x, weight, bias = a.input, a.weight, a.bias
             shape = list(node.meta["val"].shape)
             k = weight.meta["val"].shape[-1]
 
