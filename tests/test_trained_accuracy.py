@@ -127,3 +127,31 @@ def test_evaluate_covers_each_held_out_input_once(held_out):
     assert len(t.calibration(8)) == 2 and all(s[0].shape == (4, 1) for s in t.calibration(8))
     with pytest.raises(ValueError, match="not a multiple of the batch"):
         t.calibration(6)
+
+
+def test_digits_folds_hold_out_every_digit_once():
+    """The folds' held-out sets are stratified and together are the whole digits set, each
+    image once; each fold trains on the rest."""
+    import collections
+
+    import torch
+
+    from mcu_npu.models.trained import data
+
+    def rows(x):
+        return collections.Counter(r.numpy().tobytes() for r in x)
+
+    everything = rows(torch.cat(data.digits_split()[0::2]))
+    labels = torch.cat(data.digits_split()[1::2])
+    held_out = collections.Counter()
+    for fold in range(data.FOLDS):
+        x, y, xv, yv = data.digits_fold(fold)
+        assert rows(torch.cat([x, xv])) == everything
+        held_out += rows(xv)
+        for digit in range(10):  # stratified: each digit's share of the fold, +-1
+            assert abs(int((yv == digit).sum()) - int((labels == digit).sum()) / data.FOLDS) < 1
+    assert held_out == everything and sum(held_out.values()) == 1797
+    with pytest.raises(ValueError, match="fold 5"):
+        data.digits_fold(data.FOLDS)
+    with pytest.raises(KeyError, match="has no folds"):
+        task("gunpoint_cnn", 0)
