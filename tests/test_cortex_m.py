@@ -181,3 +181,32 @@ def test_cortex_m_op_on_host(case):
     assert any(n.startswith("cortex_m::quantized") or n.startswith("cortex_m::softmax")
                for n in program.operator_names), program.operator_names
     _assert_matches_reference(prog, cal)
+
+
+class Gate(nn.Module):
+    """linear | softmax | linear, all three left to the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.b(torch.softmax(self.a(x), -1))
+
+
+def test_cpu_op_reads_a_fixed_range_output_as_it_is():
+    """A CPU kernel reading softmax's fixed-range int8 output (scale 1/256) takes it as it is:
+    no requantize to a range of its own, which would round the values a second time."""
+    prog, cal = _compile(Gate(), (1, 16), excluded=("*",))
+    qd = torch.ops.quantized_decomposed
+    nodes = [n for n in prog.reference.graph.nodes if n.op == "call_function"]
+    requantized = [n for n in nodes if n.target == qd.quantize_per_tensor.default
+                   and isinstance(n.args[0], torch.fx.Node)
+                   and n.args[0].target == qd.dequantize_per_tensor.default]
+    assert not requantized, requantized
+    (linear,) = [n for n in nodes if n.target == torch.ops.aten.linear.default
+                 and n.args[0].args[0].args[0].target == torch.ops.aten.softmax.int]
+    assert linear.args[0].args[1] == 1.0 / 256  # the dequantize it reads: softmax's scale
+    assert {_ops(prog)[op].placement for op in ("aten.linear", "aten._softmax")} == \
+        {"Cortex-M int8 kernel"}, prog.report
+    _assert_within_contract(prog, cal)

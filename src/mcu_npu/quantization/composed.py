@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import (
+    FixedQParamsQuantizationSpec,
     QuantizationAnnotation,
     Quantizer,
     SharedQuantizationSpec,
@@ -214,14 +215,18 @@ def share_boundaries(model: GraphModule, on_npu: Callable[[Node], bool]) -> None
     alone: re-pointing it makes torchao's sharing groups recurse without end. An int16 NPU
     output read by an int8 CPU kernel keeps the consumer's own parameters: a requantize.
     A CPU kernel reading an attention mask add shares its saturated range the same way
-    (its own observer would see the unsaturated -3.4e38 scores)."""
+    (its own observer would see the unsaturated -3.4e38 scores), and so does one reading a
+    fixed-range output (the Cortex-M quantizer's softmax): its own observer would only add
+    a requantize from the fixed range to nearly the same one, rounding the values twice."""
     for node in model.graph.nodes:
         ann: QuantizationAnnotation | None = node.meta.get(KEY)
         if node.op != "call_function" or ann is None:
             continue
         for arg, spec in list(ann.input_qspec_map.items()):
             producer = arg.meta.get(KEY)
-            crossing = on_npu(arg) != on_npu(node) or arg.meta.get(MASK_KEY)
+            crossing = on_npu(arg) != on_npu(node) or arg.meta.get(MASK_KEY) or \
+                isinstance(getattr(producer, "output_qspec", None),
+                           FixedQParamsQuantizationSpec)
             if spec is None or isinstance(spec, SharedQuantizationSpec) or \
                     arg.op != "call_function" or producer is None or \
                     producer.output_qspec is None or not crossing or \
