@@ -32,7 +32,8 @@ flow must spend, ``ratio-c`` the same without calibration, and lists the rows wh
 is 3 or more. Wall-clock figures on this machine; the script asserts nothing.
 
 ``--calibration-method`` compiles each row with those methods (``compile(...,
-calibration_method=m)``; default: the compile's own default) and, given more than one, ends
+calibration_method=m)``, ``m+bc`` adding ``bias_correction=True``; default: the compile's
+own default) and, given more than one, ends
 with the CPU seconds of each against the first: process CPU time, which other jobs on a
 shared machine do not inflate the way they do wall time (with ``--threads 1``: threads
 waiting for a busy core spin, and that counts as CPU time too); ``--repeat N`` keeps each
@@ -169,7 +170,7 @@ def worker(name: str, target: str, method: str | None = None) -> dict:
     neutron_quantizer.calibrate = timed_calibration
     with capture_regor() as calls:
         t, cpu = time.perf_counter(), time.process_time()
-        kwargs = {"calibration_method": method} if method else {}
+        kwargs = method_kwargs(method)
         prog = mcu_npu.compile(model, example, target=target, calibration=calibration, **kwargs)
         total, cpu = time.perf_counter() - t, time.process_time() - cpu
     s = prog.report.summary
@@ -177,6 +178,17 @@ def worker(name: str, target: str, method: str | None = None) -> dict:
             "ours_s": total - accuracy[0], "accuracy_s": accuracy[0],
             "calibration_s": calibration_s[0], "cpu_s": cpu,
             "npu_ops": f"{s['ops_on_npu']}/{s['ops_total']}", "partitions": s["partitions"]}
+
+
+def method_kwargs(method: str | None) -> dict:
+    """``compile`` keyword arguments of a ``--calibration-method`` entry: a method name, with
+    ``+bc`` for ``bias_correction=True`` (e.g. ``auto+bc``)."""
+    if not method:
+        return {}
+    name, plus, extra = method.partition("+")
+    if plus and extra != "bc":
+        raise SystemExit(f"unknown suffix {plus + extra!r} in {method!r}; only +bc")
+    return {"calibration_method": name, **({"bias_correction": True} if plus else {})}
 
 
 def run(name: str, target: str, timeout: float, method: str | None = None,

@@ -111,6 +111,53 @@ def test_layers_are_found_behind_their_observers(separable):
     assert all(name.endswith("bias") for _, name, _ in found)
 
 
+def test_verdict_is_the_simulated_sqnr_before_and_after(separable):
+    """The correction reads "before" from auto's check and "after" off its own correcting run;
+    both are the whole-model simulation of the ranges and biases the graph then holds."""
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from mcu_npu.quantization import neutron_quantizer as nq
+
+    model, calibration, _ = separable
+    gm = torch.export.export(model, calibration[0]).module(check_guards=False)
+    with nq.torchao_as_quantize_runs_it():
+        prepared = prepare_pt2e(gm, nq.NeutronQuantizer())
+        outputs = nq.calibrate(prepared, calibration)
+        checked = nq.check_auto(prepared, calibration, outputs)
+        assert checked is not None  # auto moved tensors here: "before" is the check's
+
+        def simulated() -> float:
+            with nq._computing_in_float64(prepared):
+                return whole_model.simulated_sqnr(prepared, whole_model.observer_params(
+                    prepared), calibration, outputs)
+
+        assert checked["kept_sqnr_db"] == simulated()
+        verdict = nq._bias_correction(prepared, calibration, outputs, checked["kept_sqnr_db"])
+        assert verdict["kept"] and verdict["before_db"] == round(checked["kept_sqnr_db"], 2)
+        assert verdict["after_db"] == round(simulated(), 2)
+
+
+def test_means_recorded_in_calibration_are_the_float_runs(separable, monkeypatch):
+    """The layers' float means the calibration records give the program a float run of its
+    own gives, byte for byte."""
+    import contextlib
+
+    from mcu_npu.quantization import neutron_quantizer
+
+    model, calibration, _ = separable
+    runs = []
+    run = bias_correction._run
+    monkeypatch.setattr(bias_correction, "_run", lambda *a: runs.append(a[2]) or run(*a))
+    recorded = _compile(model, calibration, bias_correction=True)
+    assert [params is None for params in runs] == [False]  # no float run: it was recorded
+    monkeypatch.setattr(neutron_quantizer, "float_means_recorded",
+                        lambda prepared: contextlib.nullcontext({}))
+    own_run = _compile(model, calibration, bias_correction=True)
+    assert [params is None for params in runs] == [False, True, False]
+    assert recorded.report.calibration["bias_correction"]["kept"]
+    assert bytes(recorded.buffer) == bytes(own_run.buffer)
+
+
 def test_bias_correction_is_refused_with_training_and_must_be_a_bool(separable):
     model, calibration, _ = separable
     with pytest.raises(ConfigError, match="does not apply to quantization-aware training"):

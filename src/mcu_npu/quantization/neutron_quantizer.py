@@ -17,7 +17,7 @@ from .calibration import DEFAULT, check_method
 from .calibration.gathered import gathered_min_max
 from .calibration.records import CALIBRATION_KEY, calibration_records
 from .calibration.whole_model import CHECK_KEY, auto_observers, check
-from .calibration.bias_correction import CORRECTED_KEY, correct
+from .calibration.bias_correction import CORRECTED_KEY, correct, float_means_recorded
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
 from .pinned_inputs import pin_input_observers
@@ -140,10 +140,14 @@ def quantize(
     with torchao_as_quantize_runs_it():
         prepared = prepare_pt2e(model, quantizer)
         samples = list(calibration) if calibration is not None else [tuple(example_inputs)]
-        outputs = calibrate(prepared, samples)
+        correcting = getattr(quantizer, "bias_correction", False)
+        with float_means_recorded(prepared) if correcting else contextlib.nullcontext({}) \
+                as float_means:
+            outputs = calibrate(prepared, samples)
         verdict = check_auto(prepared, samples, outputs)
-        corrected = _bias_correction(prepared, samples, outputs) \
-            if getattr(quantizer, "bias_correction", False) else None
+        before_db = verdict.pop("kept_sqnr_db") if verdict is not None else None
+        corrected = _bias_correction(prepared, samples, outputs, before_db, float_means) \
+            if correcting else None
         reference, records = _convert(prepared)
     if corrected is not None:
         reference.meta[CORRECTED_KEY] = corrected
@@ -153,11 +157,15 @@ def quantize(
     return reference
 
 
-def _bias_correction(prepared: GraphModule, samples: list, outputs: list) -> dict | None:
-    """``calibration.bias_correction.correct`` on every layer of ``prepared``; None where
-    the graph cannot compute in float64 (the biases are left as they were)."""
+def _bias_correction(prepared: GraphModule, samples: list, outputs: list,
+                     before_db: float | None, float_means: dict | None = None) -> dict | None:
+    """``calibration.bias_correction.correct`` on every layer of ``prepared`` (``before_db``:
+    the simulated SQNR auto's check kept, if it ran; ``float_means``: the layers' means the
+    calibration recorded); None where the graph cannot compute in float64 (the biases are
+    left as they were)."""
     try:
-        return correct(prepared, samples, outputs, lambda: _computing_in_float64(prepared))
+        return correct(prepared, samples, outputs, lambda: _computing_in_float64(prepared),
+                       before_db, float_means)
     except (RuntimeError, TypeError, AssertionError):
         return None
 

@@ -15,8 +15,9 @@ the whole model's simulated output SQNR on the calibration samples rises by
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, Iterator
 
 import torch
 from torch.fx import GraphModule, Node
@@ -24,7 +25,7 @@ from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.observer import ObserverBase
 
 from .whole_model import (MAX_SAMPLES, MIN_GAIN_DB, _as_double, _fake_quantize,
-                          observer_params, simulated_sqnr)
+                          observer_params, outputs_sqnr, simulated_sqnr)
 
 aten = torch.ops.aten
 
@@ -60,12 +61,62 @@ def _param_of(prepared: GraphModule, arg) -> torch.Tensor | None:
     return None
 
 
+class _Recorder(torch.nn.Module):
+    """Keeps the first ``limit`` float64 values a layer gives (its input), passing nothing
+    on: a node of its own beside the layer, used by nothing."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit, self.values = limit, []
+
+    def forward(self, x):
+        if len(self.values) < self.limit:
+            self.values.append(x.detach())
+
+
+_RECORDER = "_mcu_npu_float_mean_recorder"
+
+
+@contextlib.contextmanager
+def float_means_recorded(prepared: GraphModule, limit: int = MAX_SAMPLES) \
+        -> Iterator[dict]:
+    """Within: the correctable layers of ``prepared`` keep their outputs on the first
+    ``limit`` runs (the calibration's float64 runs, which are the float model's); yields a
+    dict that, on exit, maps each layer node to its per-channel float mean, as ``correct``'s
+    own float run would compute it (empty where a run was not in float64). The recording
+    nodes are gone on exit."""
+    recorders = {}
+    means: dict = {}
+    for i, (node, _, _) in enumerate(correctable(prepared)):
+        name = f"{_RECORDER}_{i}"
+        prepared.add_module(name, _Recorder(limit))
+        with prepared.graph.inserting_after(node):
+            recorders[node] = prepared.graph.call_module(name, (node,))
+    prepared.recompile()
+    try:
+        yield means
+    finally:
+        for node, recorder in recorders.items():
+            values = getattr(prepared, recorder.target).values
+            if values and all(v.dtype == torch.float64 for v in values):
+                means[node] = _channel_mean(node, values)
+            prepared.graph.erase_node(recorder)
+            delattr(prepared, recorder.target)
+        prepared.recompile()
+
+
 def correct(prepared: GraphModule, samples: list[tuple], float_outputs: list,
-            float64: Callable[[], ContextManager]) -> dict | None:
+            float64: Callable[[], ContextManager], before_db: float | None = None,
+            float_means: dict | None = None) -> dict | None:
     """Correct the layers' biases of calibrated ``prepared`` in place
     (see the module's docstring) from the first ``MAX_SAMPLES`` ``samples``, computing
     inside ``float64()``. The corrected biases are kept only where they raise the simulated
-    whole-model SQNR against ``float_outputs`` by ``MIN_GAIN_DB``. Returns the verdict
+    whole-model SQNR against ``float_outputs`` by ``MIN_GAIN_DB``. ``before_db``: that SQNR
+    before correcting where it is known (``whole_model.check`` scored these ranges on these
+    samples), else simulated here; after correcting it is read off the correcting run
+    itself, whose layers all run with their corrected biases. ``float_means``: the layers'
+    float means where the calibration recorded them (``float_means_recorded``), else a
+    float run here finds them. Returns the verdict
     (``{"kept", "layers", "before_db", "after_db", "samples"}``), or None with no layer
     to correct."""
     layers = correctable(prepared)
@@ -80,18 +131,20 @@ def correct(prepared: GraphModule, samples: list[tuple], float_outputs: list,
     kept = False
     try:
         with float64(), torch.no_grad():
-            before = simulated_sqnr(prepared, params, samples, float_outputs)
-            float_means = {}
-            _run(prepared, samples, None, by_node,
-                 lambda node, values: float_means.__setitem__(node, _channel_mean(node, values)))
+            before = simulated_sqnr(prepared, params, samples, float_outputs) \
+                if before_db is None else before_db
+            if not float_means or set(float_means) != set(by_node):
+                float_means = {}
+                _run(prepared, samples, None, by_node, lambda node, values:
+                     float_means.__setitem__(node, _channel_mean(node, values)))
 
             def shift(node, values):
                 bias = operator.attrgetter(by_node[node])(prepared)
                 bias.add_((float_means[node] - _channel_mean(node, values)).to(bias.dtype))
                 return True  # the layer runs again with its corrected bias
 
-            _run(prepared, samples, params, by_node, shift)
-            after = simulated_sqnr(prepared, params, samples, float_outputs)
+            after = outputs_sqnr(_run(prepared, samples, params, by_node, shift),
+                                 float_outputs)
         kept = after >= before + MIN_GAIN_DB
     finally:
         if not kept:
@@ -112,11 +165,11 @@ def _channel_mean(node: Node, values: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _run(prepared: GraphModule, samples: list[tuple], params: dict | None, layers: dict,
-         visit: Callable[[Node, list], bool]) -> None:
+         visit: Callable[[Node, list], bool]) -> list:
     """Run ``prepared`` on every sample at once, node by node: observers pass what they see
     (``params`` None) or quantize it by ``params``; at each node of ``layers`` ``visit(node,
     its values)`` is called, and a True answer runs that node's bias observer and the node
-    again (the bias changed)."""
+    again (the bias changed). Returns the graph's outputs, one per sample."""
     last_use = {}
     for node in prepared.graph.nodes:
         for used in node.all_input_nodes:
@@ -145,7 +198,7 @@ def _run(prepared: GraphModule, samples: list[tuple], params: dict | None, layer
 
     for node in prepared.graph.nodes:
         if node.op == "output":
-            break
+            return [values(node.args[0], i) for i in range(n)]
         env[node] = evaluate(node)
         if node in layers and visit(node, env[node]):
             bias_observer = node.args[2]

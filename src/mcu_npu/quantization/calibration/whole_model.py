@@ -45,7 +45,9 @@ def check(prepared: GraphModule, samples: list[tuple], float_outputs: list,
     """Auto's verdict on calibrated ``prepared``: each candidate's ranges are simulated on
     ``samples`` (``simulated_sqnr``, inside ``float64()``, which makes the graph compute in
     float64) and scored against ``float_outputs``; where MinMax's win, auto's observers of
-    ``prepared`` take MinMax's range (in place). None when auto moved no tensor."""
+    ``prepared`` take MinMax's range (in place). None when auto moved no tensor; else the
+    verdict, with ``kept_sqnr_db``: the kept ranges' score unrounded, which the bias
+    correction starts from (not stored with the verdict)."""
     moved = auto_observers(prepared)
     if not moved or not float_outputs:
         return None
@@ -67,7 +69,8 @@ def check(prepared: GraphModule, samples: list[tuple], float_outputs: list,
             for observer, choice in chosen:
                 observer.method, observer._chosen = "auto", choice
     return {"kept": kept, "auto_sqnr_db": round(scores["auto"], 2),
-            "minmax_sqnr_db": round(scores["minmax"], 2), "samples": n}
+            "minmax_sqnr_db": round(scores["minmax"], 2), "samples": n,
+            "kept_sqnr_db": scores[kept]}
 
 
 def observer_params(prepared: GraphModule) -> dict:
@@ -100,16 +103,22 @@ def simulated_sqnr(prepared: GraphModule, params: dict, samples: list[tuple],
     try:
         for m in observers:
             m.forward = _fake_quantize(params[id(m)])
-        signal = noise = 0.0
         with torch.no_grad():
-            for sample, expected in zip(samples, float_outputs):
-                got = _flat(prepared(*(_as_double(x) for x in sample)))
-                want = _flat(expected)
-                signal += float(want.pow(2).sum())
-                noise += float((want - got).pow(2).sum())
+            got = [prepared(*(_as_double(x) for x in sample)) for sample in samples]
     finally:
         for m in observers:
             del m.forward
+    return outputs_sqnr(got, float_outputs)
+
+
+def outputs_sqnr(outputs: list, float_outputs: list) -> float:
+    """SQNR (dB) of every floating-point output of ``outputs`` (one per sample) against
+    ``float_outputs``, summed over the samples in float64."""
+    signal = noise = 0.0
+    for out, expected in zip(outputs, float_outputs):
+        got, want = _flat(out), _flat(expected)
+        signal += float(want.pow(2).sum())
+        noise += float((want - got).pow(2).sum())
     if noise == 0:
         return math.inf
     return 10.0 * math.log10(max(signal, 1e-30) / noise)
@@ -121,13 +130,20 @@ def _fake_quantize(params):
     if params is None:
         return lambda x: x
     s, z, qmin, qmax, axis = params
+    if axis is None:  # round(x / s) + z clamped to [qmin, qmax], less z: the same integers
+        s, low, high = s.reshape(()), float(qmin - z.reshape(())), float(qmax - z.reshape(()))
+
+        def per_tensor(x):
+            if not x.is_floating_point():
+                return x
+            return torch.clamp(torch.round(x.double() / s), low, high) * s
+        return per_tensor
 
     def forward(x):
         if not x.is_floating_point():
             return x
         shape = [1] * x.dim()
-        if axis is not None:
-            shape[axis] = -1
+        shape[axis] = -1
         sv, zv = s.reshape(shape), z.reshape(shape)
         return (torch.clamp(torch.round(x.double() / sv) + zv, qmin, qmax) - zv) * sv
     return forward
