@@ -162,7 +162,8 @@ def test_lowering_gives_the_full_pass_lists_program(monkeypatch, name):
     assert CASES[name][2] <= set(ran), ran
     assert {"FoldAndAnnotateQParamsPass", "AtenToCortexMPass"} <= set(ran)
     if name == "linear":  # nothing but quantize / dequantize and a linear on the CPU
-        assert set(ran) == {"FoldAndAnnotateQParamsPass", "ReplaceQuantNodesPass",
+        assert set(ran) == {"FoldAndAnnotateQParamsPass", "SetLinearBiasesAside",
+                            "ReplaceQuantNodesPass", "RestoreLinearBiases",
                             "AtenToCortexMPass"}, ran
 
 

@@ -41,13 +41,13 @@ def test_linear_becomes_portable_ops_computing_the_same(shape, bias):
 
 
 def test_attention_on_portable_kernels_is_a_program_the_firmware_runs():
-    """Everything on the CPU of corstone-320: the Cortex-M lowering fails on the attention's
-    second bmm, so every CPU op runs as a portable kernel; the program calls no kernel the
-    target lacks (no linear), and the host run keeps the numerics contract."""
+    """Everything on the CPU of an Ethos-U85 target without Cortex-M kernels: every CPU op
+    runs as a portable kernel; the program calls no kernel the target lacks (no linear), and
+    the host run keeps the numerics contract."""
     module, x = spelling("sdpa_causal")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        prog = mcu_npu.compile(module, x, target="corstone-320",
+        prog = mcu_npu.compile(module, x, target="ethos-u85-256",
                                calibration=calibration_set(x, seed=1),
                                operators_not_to_delegate=["*"])
     assert not [w for w in caught if "no kernel for" in str(w.message)]

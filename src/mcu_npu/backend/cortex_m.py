@@ -111,14 +111,28 @@ def _lowering_passes() -> list:
     """The explicit-layout pass list without its final validation, which refuses any
     convolution or pooling left un-lowered, float ones included. What the plan leaves to
     portable kernels (``cortex_m_rejection``) is such a node: it runs in float between its
-    quantize / dequantize, which is what the quantized reference computes."""
+    quantize / dequantize, which is what the quantized reference computes. Between the
+    folding of quantize / dequantize and ``AtenToCortexMPass`` the quantized linear layers'
+    biases are set aside (``passes.edge.linear_biases_aside``): the passes between re-trace
+    the graph, where an int8 linear with an int32 bias would come out int32."""
+    from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
     from executorch.backends.cortex_m.passes.explicit_layout_pass import (
         ValidateCortexMExplicitLayoutPass,
     )
 
-    return [p for p in CortexMPassManager.explicit_layout_pass_list
-            if p is not ValidateCortexMExplicitLayoutPass]
+    from ..passes.edge.linear_biases_aside import RestoreLinearBiases, SetLinearBiasesAside
+
+    passes = []
+    for p in CortexMPassManager.explicit_layout_pass_list:
+        if p is ValidateCortexMExplicitLayoutPass:
+            continue
+        if p is AtenToCortexMPass:
+            passes.append(RestoreLinearBiases)
+        passes.append(p)
+        if p.__name__ == "FoldAndAnnotateQParamsPass":  # the Cortex-M list's own entry
+            passes.append(SetLinearBiasesAside)
+    return passes
 
 
 class CortexMLowering(ExportedProgramPassBase):

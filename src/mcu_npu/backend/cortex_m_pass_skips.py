@@ -79,6 +79,8 @@ def _matches() -> dict[type, Callable[[Node], bool]]:
     )
     from executorch.exir.dialects._ops import ops as exir_ops
 
+    from ..passes.edge import linear_biases_aside as biases
+
     quant = exir_ops.edge.quantized_decomposed
     aten_quant = torch.ops.quantized_decomposed
     return {
@@ -104,6 +106,9 @@ def _matches() -> dict[type, Callable[[Node], bool]]:
         # subgraphs that start at a permute_copy
         RemovePermutesAroundElementwiseOps: _calls(PERMUTE_COPY_TARGETS),
         # Edge (de)quantize_per_tensor -> cortex_m ones; the ATen ones make it fail
+        # ours: a linear layer's bias out while the passes between re-trace, then back
+        biases.SetLinearBiasesAside: _calls({biases.LINEAR}),
+        biases.RestoreLinearBiases: lambda node: biases.KEY in node.meta,
         ReplaceQuantNodesPass: _calls({quant.quantize_per_tensor.default,
                                        quant.dequantize_per_tensor.default,
                                        aten_quant.quantize_per_tensor.default,
