@@ -62,16 +62,17 @@ def _param_of(prepared: GraphModule, arg) -> torch.Tensor | None:
 
 
 class _Recorder(torch.nn.Module):
-    """Keeps the first ``limit`` float64 values a layer gives (its input), passing nothing
-    on: a node of its own beside the layer, used by nothing."""
+    """Keeps the per-channel sums of the first ``limit`` values a layer gives (its input),
+    passing nothing on: a node of its own beside the layer, used by nothing."""
 
-    def __init__(self, limit: int):
+    def __init__(self, layer: Node, limit: int):
         super().__init__()
-        self.limit, self.values = limit, []
+        self.layer, self.limit, self.sums, self.float64 = layer, limit, [], True
 
     def forward(self, x):
-        if len(self.values) < self.limit:
-            self.values.append(x.detach())
+        if len(self.sums) < self.limit:
+            self.float64 &= x.dtype == torch.float64
+            self.sums.append(_channel_sum(self.layer, x.detach()))
 
 
 _RECORDER = "_mcu_npu_float_mean_recorder"
@@ -80,8 +81,9 @@ _RECORDER = "_mcu_npu_float_mean_recorder"
 @contextlib.contextmanager
 def float_means_recorded(prepared: GraphModule, limit: int = MAX_SAMPLES) \
         -> Iterator[dict]:
-    """Within: the correctable layers of ``prepared`` keep their outputs on the first
-    ``limit`` runs (the calibration's float64 runs, which are the float model's); yields a
+    """Within: the correctable layers of ``prepared`` keep their outputs' per-channel sums
+    on the first ``limit`` runs (the calibration's float64 runs, which are the float
+    model's; sums, not the outputs, so a large model's activations are not held); yields a
     dict that, on exit, maps each layer node to its per-channel float mean, as ``correct``'s
     own float run would compute it (empty where a run was not in float64). The recording
     nodes are gone on exit."""
@@ -89,7 +91,7 @@ def float_means_recorded(prepared: GraphModule, limit: int = MAX_SAMPLES) \
     means: dict = {}
     for i, (node, _, _) in enumerate(correctable(prepared)):
         name = f"{_RECORDER}_{i}"
-        prepared.add_module(name, _Recorder(limit))
+        prepared.add_module(name, _Recorder(node, limit))
         with prepared.graph.inserting_after(node):
             recorders[node] = prepared.graph.call_module(name, (node,))
     prepared.recompile()
@@ -97,9 +99,9 @@ def float_means_recorded(prepared: GraphModule, limit: int = MAX_SAMPLES) \
         yield means
     finally:
         for node, recorder in recorders.items():
-            values = getattr(prepared, recorder.target).values
-            if values and all(v.dtype == torch.float64 for v in values):
-                means[node] = _channel_mean(node, values)
+            kept = getattr(prepared, recorder.target)
+            if kept.sums and kept.float64:
+                means[node] = _mean_of(kept.sums)
             prepared.graph.erase_node(recorder)
             delattr(prepared, recorder.target)
         prepared.recompile()
@@ -156,12 +158,25 @@ def correct(prepared: GraphModule, samples: list[tuple], float_outputs: list,
             "after_db": round(after, 2), "samples": n}
 
 
+def _channel_sum(node: Node, value: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Per output channel, the sum of one sample's ``value`` of layer ``node`` in float64,
+    and how many values each channel summed."""
+    dim = _LAYERS[node.target] % value.dim()
+    rows = value.double().transpose(dim, -1).reshape(-1, value.shape[dim])
+    return rows.sum(0), rows.shape[0]
+
+
 def _channel_mean(node: Node, values: list[torch.Tensor]) -> torch.Tensor:
-    """Per output channel, the mean of ``values`` (one per sample) of layer ``node``."""
-    dim = _LAYERS[node.target]
-    stacked = torch.stack([v.double() for v in values])
-    dim = dim % values[0].dim() + 1
-    return stacked.transpose(dim, -1).reshape(-1, stacked.shape[dim]).mean(0)
+    """Per output channel, the mean of ``values`` (one per sample) of layer ``node``: the
+    samples' sums added in order (``float_means_recorded`` adds them as they come)."""
+    return _mean_of([_channel_sum(node, v) for v in values])
+
+
+def _mean_of(sums: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
+    total, count = sums[0]
+    for s, c in sums[1:]:
+        total, count = total + s, count + c
+    return total / count
 
 
 def _run(prepared: GraphModule, samples: list[tuple], params: dict | None, layers: dict,
