@@ -80,7 +80,7 @@ CASES = {  # name -> (model, input shape, passes that must run)
     "conv1d": (_Conv1d, (1, 3, 16),
                {"ConvertConv1dToConv2dPass", "ReplaceSqueezeAndUnsqueezeWithViewPass"}),
     "shapes": (lambda: _Fn(_shapes_and_clamps), (2, 8),
-               {"ActivationFusionPass", "QuantizedClampActivationPass", "RemoveGetItemPass",
+               {"ActivationFusionPass", "ClampQuantizedActivations", "RemoveGetItemPass",
                 "ReplaceSqueezeAndUnsqueezeWithViewPass",
                 "CortexMCanonicalizeViewCopyPermutePass",
                 "RemovePermutesAroundElementwiseOps"}),

@@ -80,6 +80,7 @@ def _matches() -> dict[type, Callable[[Node], bool]]:
     from executorch.exir.dialects._ops import ops as exir_ops
 
     from ..passes.edge import linear_biases_aside as biases
+    from ..passes.edge.clamp_quantized_activations import ClampQuantizedActivations
 
     quant = exir_ops.edge.quantized_decomposed
     aten_quant = torch.ops.quantized_decomposed
@@ -93,6 +94,7 @@ def _matches() -> dict[type, Callable[[Node], bool]]:
         ActivationFusionPass: _calls(ActivationFusionPass.TARGETS),
         # relu(_) / hardtanh(_) / clamp on int8 -> clamp with quantized bounds
         QuantizedClampActivationPass: _calls(QuantizedClampActivationPass.TARGETS),
+        ClampQuantizedActivations: _calls(ClampQuantizedActivations.TARGETS),
         DecomposeHardswishPass: _calls(DecomposeHardswishPass.TARGETS),
         ConvertConv1dToConv2dPass: _maybe_conv1d,
         # convolution / avg_pool2d / max_pool2d -> channels_last variants between permutes

@@ -1,10 +1,11 @@
 """Passes on Edge-dialect ExportedPrograms (after ``to_edge``). ``RefreshStrides`` runs
 before partitioning, ``QuantizeFullAsInteger`` before the Cortex-M lowering,
-``SetLinearBiasesAside`` / ``RestoreLinearBiases`` among its passes,
-``DecomposePortableLinear`` after it; the I/O passes on the final program, after delegation
-and the Cortex-M lowering."""
+``SetLinearBiasesAside`` / ``RestoreLinearBiases`` and ``ClampQuantizedActivations`` among
+its passes, ``DecomposePortableLinear`` after it; the I/O passes on the final program, after
+delegation and the Cortex-M lowering."""
 
 from mcu_npu.passes.edge._io import IOQuantization
+from mcu_npu.passes.edge.clamp_quantized_activations import ClampQuantizedActivations
 from mcu_npu.passes.edge.decompose_portable_linear import DecomposePortableLinear
 from mcu_npu.passes.edge.linear_biases_aside import RestoreLinearBiases, SetLinearBiasesAside
 from mcu_npu.passes.edge.quantize_full_as_integer import QuantizeFullAsInteger
@@ -13,6 +14,7 @@ from mcu_npu.passes.edge.remove_input_quantize import RemoveInputQuantize
 from mcu_npu.passes.edge.remove_output_dequantize import RemoveOutputDequantize
 from mcu_npu.passes.edge.take_integer_input import TakeIntegerInput
 
-__all__ = ["DecomposePortableLinear", "IOQuantization", "QuantizeFullAsInteger", "RefreshStrides",
-           "RemoveInputQuantize", "RemoveOutputDequantize", "RestoreLinearBiases",
-           "SetLinearBiasesAside", "TakeIntegerInput"]
+__all__ = ["ClampQuantizedActivations", "DecomposePortableLinear", "IOQuantization",
+           "QuantizeFullAsInteger", "RefreshStrides", "RemoveInputQuantize",
+           "RemoveOutputDequantize", "RestoreLinearBiases", "SetLinearBiasesAside",
+           "TakeIntegerInput"]
