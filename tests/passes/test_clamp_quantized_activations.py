@@ -1,6 +1,8 @@
 """ClampQuantizedActivations: a relu / relu6 after an op that re-traces as float inside the
 Cortex-M lowering (a chunk of a tanh or sigmoid output) runs as a clamp at the quantized
 bounds; before, it stayed a relu on int8 values, clamping at 0 instead of the zero point.
+FuseActivations: a hardsigmoid fused into a linear layer keeps its zero point unclamped;
+before, a hardsigmoid with narrow outputs ran many steps off the reference.
 The networks are those the fuzzer found (everything on the CPU), checked by
 ``fuzz_nets.check``: host run within the numerics contract, ExecuTorch's runtime alike."""
 
@@ -20,6 +22,12 @@ CASES = {
         ("mul", {"act": "sigmoid", "k3": False}), ("mul", {"act": "leaky_relu", "k3": True}),
         ("chunk", {"act": "relu6"}), ("to_tokens", {"how": 9})], "seed": 1,
         "calibration": 3},
+    "narrow_hardsigmoid_fused": {"input": ("flat", 2, 2), "blocks": [
+        ("scalar", {"c": 0, "mul": True}),
+        ("inplace_add", {"k3": False, "act": "hardsigmoid"}),
+        ("linear", {"out": 1, "bias": False}),
+        ("autocast_off", {"act": "hardsigmoid", "k3": False})], "seed": 236,
+        "calibration": 4},
 }
 
 

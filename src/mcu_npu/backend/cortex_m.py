@@ -116,18 +116,21 @@ def _lowering_passes() -> list:
     biases are set aside (``passes.edge.linear_biases_aside``): the passes between re-trace
     the graph, where an int8 linear with an int32 bias would come out int32; and a relu,
     hardtanh or clamp on int8 values is told by its folded parameters, not by its input's
-    fake dtype (``passes.edge.clamp_quantized_activations``)."""
+    fake dtype (``passes.edge.clamp_quantized_activations``); a fused hardsigmoid keeps its
+    zero point unclamped (``passes.edge.fuse_activations``)."""
     from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
     from executorch.backends.cortex_m.passes.explicit_layout_pass import (
         ValidateCortexMExplicitLayoutPass,
     )
 
+    from executorch.backends.cortex_m.passes.activation_fusion_pass import ActivationFusionPass
     from executorch.backends.cortex_m.passes.quantized_clamp_activation_pass import (
         QuantizedClampActivationPass,
     )
 
     from ..passes.edge.clamp_quantized_activations import ClampQuantizedActivations
+    from ..passes.edge.fuse_activations import FuseActivations
     from ..passes.edge.linear_biases_aside import RestoreLinearBiases, SetLinearBiasesAside
 
     passes = []
@@ -136,6 +139,8 @@ def _lowering_passes() -> list:
             continue
         if p is QuantizedClampActivationPass:
             p = ClampQuantizedActivations
+        elif p is ActivationFusionPass:
+            p = FuseActivations
         if p is AtenToCortexMPass:
             passes.append(RestoreLinearBiases)
         passes.append(p)

@@ -81,6 +81,7 @@ def _matches() -> dict[type, Callable[[Node], bool]]:
 
     from ..passes.edge import linear_biases_aside as biases
     from ..passes.edge.clamp_quantized_activations import ClampQuantizedActivations
+    from ..passes.edge.fuse_activations import FuseActivations
 
     quant = exir_ops.edge.quantized_decomposed
     aten_quant = torch.ops.quantized_decomposed
@@ -92,6 +93,7 @@ def _matches() -> dict[type, Callable[[Node], bool]]:
         ReplaceScalarWithTensorArgPass: _calls(ReplaceScalarWithTensorArgPass.default_ops),
         # relu / hardtanh / hardsigmoid / clamp after a conv, linear, add, sub or max pool
         ActivationFusionPass: _calls(ActivationFusionPass.TARGETS),
+        FuseActivations: _calls(FuseActivations.TARGETS),
         # relu(_) / hardtanh(_) / clamp on int8 -> clamp with quantized bounds
         QuantizedClampActivationPass: _calls(QuantizedClampActivationPass.TARGETS),
         ClampQuantizedActivations: _calls(ClampQuantizedActivations.TARGETS),
