@@ -36,6 +36,8 @@ from executorch.exir.pass_base import ExportPass
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from mcu_npu.graph.schema import bind
+
 LINEAR = exir_ops.edge.aten.linear.default
 KEY = "mcu_npu_linear_bias"
 """Key in a linear node's ``meta``: the name of the bias placeholder set aside."""
@@ -54,11 +56,11 @@ class SetLinearBiasesAside(ExportPass):
         for node in graph_module.graph.nodes:
             if node.op != "call_function" or node.target != LINEAR or not _quantized(node):
                 continue
-            bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-            if not isinstance(bias, Node) or bias.op != "placeholder":
+            a = bind(node)
+            if not isinstance(a.bias, Node) or a.bias.op != "placeholder":
                 continue
-            node.meta[KEY] = bias.name
-            node.args, node.kwargs = tuple(node.args[:2]), {}
+            node.meta[KEY] = a.bias.name
+            node.args, node.kwargs = (a.input, a.weight), {}
             modified = True
         if not modified:
             return PassResult(graph_module, False)
