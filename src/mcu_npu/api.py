@@ -130,6 +130,12 @@ class CompiledProgram:
                            bundled_input_index)
         return self._program.run(*inputs, runtime=runtime)
 
+    def reset_state(self) -> None:
+        """Put the program's state (the buffers a stateful model writes in place, kept
+        between ``run`` calls in both runtimes) back to its initial value."""
+        self._runtime()
+        self._program.reset_state()
+
     def save_selected_ops(self, path: str | os.PathLike,
                           pte_path: str | os.PathLike | None = None) -> Path:
         """Write ExecuTorch's selective-build operator list for this program (made by
@@ -330,6 +336,14 @@ class LoadedProgram:
                 f"running this program on the host needs its companion file "
                 f"{self._companion_name} (written beside the .pte by compile or save), not "
                 f"found; the .pte alone runs only on the board") from None
+
+    def reset_state(self) -> None:
+        """Put the program's state (its mutable buffers) back to its initial value, in the
+        host runtime and in ExecuTorch's: the next run starts as the first did."""
+        from .runtime.executorch import reset_state
+
+        self._program.reset_state()
+        reset_state(self._program)
 
     @property
     def report(self) -> Report | None:

@@ -107,6 +107,10 @@ class ProgramIO:
     outputs: str = "float"
     mode: str = "float"
     """``compile``'s ``io``: "int8" makes every input not declared otherwise int8 too."""
+    state: object = None
+    """The model's state (``program_state.ProgramState``) when it keeps any between calls:
+    its tensors are inputs and outputs after the model's own until the lowered program
+    makes them buffers again."""
 
     @property
     def declared(self) -> bool:

@@ -32,17 +32,30 @@ HostRun = Callable[[tuple], list]
 
 
 def measure(program, report: Report, float_model, reference: GraphModule,
-            samples: list[tuple], accuracy_samples: list[tuple] | None):
+            samples: list[tuple], accuracy_samples: list[tuple] | None, state=None):
     """The stage: ``program`` (a ``runtime.Program``: the ``.pte`` as ``check`` read it, with
     its companion's host data) run on the host, the board's tolerance noted in the report (``devtools.bundled.tolerance``), the report's
     accuracy measured on the first ``ACCURACY_SAMPLES`` calibration samples
-    and, given ``accuracy_samples``, its per-layer error. Returns ``program``."""
+    and, given ``accuracy_samples``, its per-layer error. Returns ``program``.
+    With ``state`` (``program_state.ProgramState``) the samples are a stream: the float
+    model (then its lifted graph, a function of inputs and state), the reference and the
+    program each carry their own state along it from the initial value, and the program's
+    state is reset after."""
     with stage("checking the program's accuracy on the host"):
         report.notes.append(tolerance_note(program))
         run = host_run(program.run, report.io)
-        report.accuracy = measure_accuracy(float_model, reference, run,
-                                           samples[:ACCURACY_SAMPLES])
-    if accuracy_samples is not None:
+        if state:
+            program.reset_state()
+            report.accuracy = measure_stream(float_model, reference, run,
+                                             samples[:STREAM_SAMPLES], state)
+            program.reset_state()
+        else:
+            report.accuracy = measure_accuracy(float_model, reference, run,
+                                               samples[:ACCURACY_SAMPLES])
+    if accuracy_samples is not None and state:
+        report.notes.append("per-layer error is not measured for a program that keeps "
+                            "state between calls")
+    elif accuracy_samples is not None:
         with stage("measuring the per-layer error"):
             report.layers = layer_errors(report, reference, float_model, run, accuracy_samples)
     return program
@@ -65,6 +78,31 @@ def measure_accuracy(float_model, reference: GraphModule, run: HostRun, samples)
         for s in samples:
             floats += flat_outputs(float_model(*s))
             refs += flat_outputs(run_exact(reference, *s, runner=exact))
+            tests += flat_outputs(run(s))
+    f = torch.cat(floats)
+    return {
+        "sqnr_db": round(sqnr_db(f, torch.cat(tests)), 2),
+        "reference_sqnr_db": round(sqnr_db(f, torch.cat(refs)), 2),
+    }
+
+
+STREAM_SAMPLES = 64
+"""Calls of a stream the report's SQNR of a stateful program is measured on: the state's
+error builds up along a stream, so more than a forward pass's few samples."""
+
+
+def measure_stream(float_step, reference: GraphModule, run: HostRun, samples, state) -> dict:
+    """``measure_accuracy`` over a stream: the float function of inputs and state
+    (``float_step``), the reference (exactly, in float64) and the host run each carry their
+    own state from the initial value; only the model's own outputs are compared."""
+    exact = exact_runner(reference)
+    float_call = state.stepper(float_step)
+    reference_call = state.stepper(lambda *a: run_exact(reference, *a, runner=exact))
+    refs, tests, floats = [], [], []
+    with torch.no_grad():
+        for s in samples:
+            floats += flat_outputs(float_call(*s))
+            refs += flat_outputs(reference_call(*s))
             tests += flat_outputs(run(s))
     f = torch.cat(floats)
     return {

@@ -38,6 +38,7 @@ from .int8_io import int8_io
 from .lower import lower
 from .report import op_facts, write_report
 from .serialize import serialize
+from .state import state_as_buffers
 
 
 @dataclass
@@ -83,8 +84,10 @@ def lower_placed(edge, decided: Plan, target: Target, io, precision, choice) -> 
     """``edge`` lowered, given int8 I/O, reported and serialized for ``target`` (placed)."""
     facts = op_facts(edge)  # before lowering: the delegates keep only their interfaces
     edge, decided = lower(edge, replace(decided, target=target), target)
+    state = state_as_buffers(edge, getattr(io, "state", None))
     edge, io_params = int8_io(edge, io)
     report = write_report(decided, edge, target, io_params, precision, choice, facts)
+    report.state = state.as_dicts() if state else []
     buffer, host_data, debug = serialize(edge)
     with stage("checking the program against the target's memory"):
         memory = memory_report(buffer, target, report)

@@ -15,6 +15,7 @@ from ..graph.module_names import module_meta, restore_module_meta
 from ..partition.plan import Plan
 from ..quantization.calibration import DEFAULT
 from ..quantization.pinned_inputs import pinned
+from ..quantization.state_encoding import tied
 from ..quantization.precision import PrecisionRequest
 from ..upstream.patches import graph_code_on_first_use
 from ..report import Report
@@ -30,6 +31,7 @@ from .measure import measure
 from .quantize import quantize_model
 from .report import record_calibration
 from .rewrite import rewrite
+from .state import lift_state, state_pairs, streamed
 
 
 @dataclass(frozen=True)
@@ -91,15 +93,20 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
                            bias_correction=bias_correction)
     if started:  # quantization leaves the rewritten graph as it found it only in a copy
         float_model, graph = started["float_model"], copy.deepcopy(started["graph"])
+        state, stepper = started["state"], started["stepper"]
     else:
         float_model = front(in_eval_mode(model), args.program_io, args.example_inputs)
-        graph = rewrite(fold_normalisation(export(float_model, args.example_inputs,
-                                                  stacklevel + 1), args.program_io),
-                        args.target)
+        graph, state = lift_state(fold_normalisation(export(float_model, args.example_inputs,
+                                                            stacklevel + 1), args.program_io))
+        graph = rewrite(graph, args.target)
+        stepper = copy.deepcopy(graph) if state else None  # the float function of the state
         if started is not None:
-            started.update(float_model=float_model, graph=copy.deepcopy(graph))
+            started.update(float_model=float_model, graph=copy.deepcopy(graph), state=state,
+                           stepper=stepper)
+    frames = args  # the calls as the model takes them: the program keeps the state
+    args = streamed(args, stepper, state)
     names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
-    with pinned(pinned_ranges(args.program_io)):
+    with pinned(pinned_ranges(args.program_io)), tied(state_pairs(state, graph)):
         quantized = quantize_model(graph, args, precision, train_fn, plan)
     restore_module_meta(quantized.edge.exported_program().graph_module, names)
     take_integer_inputs(quantized.edge, args.program_io)
@@ -111,8 +118,8 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
     record_calibration(report, quantized.reference, "qat" if train_fn else calibration_method)
     program = check_program(buffer, host_data, report, placed.target, placed.decided,
                             placed.edge, deployable, strict, stacklevel + 1, placed.memory)
-    program = measure(program, report, float_model, quantized.reference, args.samples,
-                      args.accuracy_samples)
+    program = measure(program, report, stepper or float_model, quantized.reference,
+                      frames.samples, frames.accuracy_samples, state)
     return Compiled(buffer, host_data, report, quantized.reference, float_model, program,
                     (before, placed.debug) if keep_edges else None,
                     quantized.decided if isinstance(quantized.decided, Plan) else None,

@@ -4,6 +4,7 @@ graphs its companion file carries."""
 from __future__ import annotations
 
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +40,13 @@ def serialize(edge) -> tuple[bytes, dict[str, bytes], DebugMaps]:
     with stage("serializing the ExecuTorch program"):
         import executorch.kernels.quantized  # noqa: F401  (registers quantized_decomposed.*.out)
 
-        program = to_executorch_without_idle_dim_order_pass(edge)
+        with warnings.catch_warnings():
+            # every mutable buffer of ours (a model's state) stores its initial value
+            # (``passes.edge.StateAsBuffers``): the emitter's warning that it would not is
+            # given for any mutated buffer
+            warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is "
+                                    "detected", category=UserWarning)
+            program = to_executorch_without_idle_dim_order_pass(edge)
         pte = bytes(program.buffer)
         with tempfile.TemporaryDirectory(prefix="mcu_npu_") as tmp:
             program.write_tensor_data_to_file(tmp)

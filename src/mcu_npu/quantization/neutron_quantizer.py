@@ -21,6 +21,7 @@ from .calibration.bias_correction import CORRECTED_KEY, correct, float_means_rec
 from .annotators import annotator_of, output_dtype, share_recurrent_states
 from .exact import to_float32, to_float64
 from .pinned_inputs import pin_input_observers
+from .state_encoding import tie_state_observers
 from .precision import PrecisionChoice, follows_input
 from .qspecs import QuantSpecs
 
@@ -208,6 +209,7 @@ def calibrate(prepared: GraphModule, samples: Iterable[tuple]) -> list:
     else:
         end_float64_calibration(prepared)
     pin_input_observers(prepared)  # a declared integer input keeps the sensor's whole range
+    tie_state_observers(prepared)  # a state read and written in one encoding
     return outputs
 
 

@@ -145,6 +145,10 @@ class Report:
     """How the activation ranges were calibrated (``report.calibration``): the method asked
     for, the tensors each method set, and per tensor the measured quantization error of its
     range and of MinMax's."""
+    state: list[dict] = field(default_factory=list)
+    """The tensors the program keeps between calls (a model's buffers written in place):
+    per tensor its name, shape, dtype, bytes and int8 encoding; where they live is in
+    ``memory["state"]``."""
     device_only: bool = False
     """Read from the device program alone (its companion file absent): no per-op placement,
     accuracy, latency or per-layer error, only what the program holds."""
@@ -181,6 +185,9 @@ class Report:
             s["host_only"] = True
         if self.io:
             s["io"] = self.io
+        if self.state:
+            s["state_tensors"] = len(self.state)
+            s["state_bytes"] = sum(t["bytes"] for t in self.state)
         if self.calibration:
             from .calibration import calibration_summary
 
@@ -199,7 +206,7 @@ class Report:
             "memory": self.memory, "latency": self.latency, "layers": self.layers,
             "precision": self.precision, "placement": self.placement,
             "program_io": self.program_io, "calibration": self.calibration,
-            "summary": self.summary,
+            "state": self.state, "summary": self.summary,
             **({"device_only": True} if self.device_only else {}),
         }
 
@@ -219,7 +226,8 @@ class Report:
             memory=d.get("memory") or {}, latency=d.get("latency") or {},
             layers=d.get("layers") or [], precision=d.get("precision") or {},
             placement=d.get("placement") or {}, program_io=d.get("program_io") or {},
-            calibration=d.get("calibration") or {}, device_only=bool(d.get("device_only", False)),
+            calibration=d.get("calibration") or {}, state=d.get("state") or [],
+            device_only=bool(d.get("device_only", False)),
         )
 
     def to_html(self) -> str:
@@ -276,6 +284,7 @@ class Report:
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {p}" for p in self.kernel_problems]
         lines += self._io_lines()
+        lines += self._state_lines()
         if self.layers:
             from .layers import layer_lines
 
@@ -376,6 +385,23 @@ class Report:
                 value = v[key]
                 text = ", ".join(map(str, value)) if isinstance(value, list) else value
                 lines.append(f"  {key} {text}")
+        return lines
+
+    def _state_lines(self) -> list[str]:
+        """The state the program keeps between calls (nothing for a stateless program)."""
+        if not self.state:
+            return []
+        rows = [("name", "shape", "dtype", "bytes", "scale", "zero_point")]
+        for t in self.state:
+            rows.append((t["name"], str(tuple(t["shape"])), t["dtype"], f"{t['bytes']:,}",
+                         "-" if t.get("scale") is None else f"{t['scale']:.9g}",
+                         "-" if t.get("zero_point") is None else str(t["zero_point"])))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        total = sum(t["bytes"] for t in self.state)
+        lines = ["", f"state kept between calls: {len(self.state)} tensor(s), {total:,} B in "
+                     "the planned RAM (mutable buffers, initialised by the program; "
+                     "reset_state() restores them)"]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
         return lines
 
     def _io_lines(self) -> list[str]:

@@ -66,7 +66,8 @@ def render_html(report) -> str:
             memory_section(report.memory, getattr(report, "placement", None) or {}),
             _layers_section(getattr(report, "layers", [])),
             _precision_section(report), _calibration_section(report), _ops_section(report), _partitions_section(report),
-            _io_section(report.io, getattr(report, "program_io", None)), _notes_section(report),
+            _io_section(report.io, getattr(report, "program_io", None)),
+            _state_section(getattr(report, "state", [])), _notes_section(report),
             _kernels_section(report.kernels),
             _versions_section(report.versions)]
     title = f"mcu-npu report: {report.target}"
@@ -432,6 +433,22 @@ def _io_section(io: dict, program_io: dict | None = None) -> str:
             "q = clamp(round(real / scale) + zero_point)</p>"
             + html_table(("", "name", "shape", "dtype", "scale", "zero point", "range"), rows)
             + "</section>")
+
+
+def _state_section(state: list) -> str:
+    """The tensors the program keeps between calls, with their bytes and encoding."""
+    if not state:
+        return ""
+    rows = [(t["name"], shape_text(t.get("shape", ())), t.get("dtype", ""),
+             f"{t['bytes']:,}", "-" if t.get("scale") is None else f"{t['scale']:.9g}",
+             "-" if t.get("zero_point") is None else str(t["zero_point"])) for t in state]
+    total = sum(t["bytes"] for t in state)
+    return ("<section id=\"state\"><h2>State kept between calls</h2><p class=\"muted\">"
+            f"{len(state)} tensor(s), {total:,} B in the planned RAM: mutable buffers the "
+            "program initialises and the runtime keeps between calls; the NPU reads and "
+            "writes them in the int8 encoding shown.</p>"
+            + html_table(("name", "shape", "dtype", "bytes", "scale", "zero point"), rows,
+                         numeric=(3,)) + "</section>")
 
 
 def _notes_section(report) -> str:

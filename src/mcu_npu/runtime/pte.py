@@ -148,6 +148,12 @@ class Program:
         with torch.no_grad():
             return self._methods[method].run(inputs, observer)
 
+    def reset_state(self) -> None:
+        """Put every mutable buffer (a model's state) back to the value the program stores
+        for it: the next ``run`` starts as the first did. A loaded method keeps its buffers
+        between runs, as ExecuTorch's runtime does."""
+        self._methods.clear()
+
     def _default_method(self) -> str:
         return "forward" if "forward" in self._plans else next(iter(self._plans))
 

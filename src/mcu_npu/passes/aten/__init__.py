@@ -18,6 +18,7 @@ from mcu_npu.passes.aten.decompose_layer_norm import DecomposeLayerNorm
 from mcu_npu.passes.aten.decompose_log_softmax import DecomposeLogSoftmax
 from mcu_npu.passes.aten.decompose_lstm import DecomposeLSTM
 from mcu_npu.passes.aten.decompose_matmul import DecomposeMatmul
+from mcu_npu.passes.aten.decompose_recurrent_cells import DecomposeRecurrentCells
 from mcu_npu.passes.aten.decompose_reshape import DecomposeReshape
 from mcu_npu.passes.aten.decompose_rnn import DecomposeRNN
 from mcu_npu.passes.aten.decompose_roots import DecomposeRoots
@@ -45,7 +46,8 @@ __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantI
            "DecomposeGroupNorm", "DecomposeLSTM", "DecomposeLogSoftmax",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
            "DecomposeRoots",
-           "DecomposeReshape", "DecomposeScaledDotProductAttention", "DecomposeSiLU",
+           "DecomposeRecurrentCells", "DecomposeReshape", "DecomposeScaledDotProductAttention",
+           "DecomposeSiLU",
            "DecomposeUnbind",
            "FoldConstants", "FoldInputNormalisation", "FoldLinearOfZeros", "FoldSelectOfCat",
            "InlineDisabledAutocast",

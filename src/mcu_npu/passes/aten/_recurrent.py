@@ -34,6 +34,12 @@ STATE_KEY = "mcu_npu_recurrent_state"
 """Node meta naming the recurrent state a node produces (call/layer/direction/state index);
 the quantizer gives every timestep of one state the same quantization parameters."""
 
+STATE_OF = "mcu_npu_state_of"
+"""Node meta of a recurrent layer's or cell's final state: the node of the initial state it
+continues (``hx``), so a program that takes its state as an input and returns the new one
+can quantize the pair alike (``flow.state.io_state_pairs``). A name: a node in meta
+would be copied with every copy of the graph."""
+
 
 class ProjSizeNotSupportedError(UnsupportedModelError, NotImplementedError):
     """An LSTM with ``proj_size > 0`` was given; only ``proj_size == 0`` is handled."""
@@ -291,7 +297,10 @@ def decompose_recurrent(gm: GraphModule, call: RecurrentCall, cell: Cell) -> lis
         x = concat(emit, outputs, 2)
         if call.applies_dropout and layer < call.num_layers - 1:
             x = emit(aten.dropout.default, x, call.dropout, True)
-    return [x] + [concat(emit, acc, 0) for acc in finals]
+    outs = [concat(emit, acc, 0) for acc in finals]
+    for out, h in zip(outs, call.hx):
+        out.meta[STATE_OF] = h.name
+    return [x] + outs
 
 
 def concat(emit: Emitter, nodes: Sequence[Node], dim: int) -> Node:

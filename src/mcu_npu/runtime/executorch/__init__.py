@@ -82,6 +82,13 @@ class ExecutorchProgram:
         return [o.clone() if isinstance(o, torch.Tensor) else torch.tensor(o) for o in outputs]
 
 
+def reset_state(program: pte.Program) -> None:
+    """The program loaded anew in ExecuTorch's runtime on its next run, its mutable buffers
+    (a model's state) back at the values the program stores. A method loaded again from the
+    same loaded program keeps the buffers' memory as the last run left it."""
+    _loaded.pop(program, None)
+
+
 def in_dim_order(x, order: tuple[int, ...] | None):
     """``x`` laid out in memory in the dim order the program's input has: the runtime copies
     an input's memory as it is, so any other layout (a channels-last tensor for a
@@ -109,4 +116,5 @@ def run(program: pte.Program, inputs: Sequence, method: str = "forward") -> list
         return loaded.run(inputs, method)
 
 
-__all__ = ["RUNTIMES", "ExecutorchProgram", "check_runtime", "run", "run_with"]
+__all__ = ["RUNTIMES", "ExecutorchProgram", "check_runtime", "reset_state", "run",
+           "run_with"]
