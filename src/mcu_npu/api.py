@@ -20,6 +20,7 @@ from .progress import reporting
 from .quantization.calibration import DEFAULT as DEFAULT_CALIBRATION
 from .quantization.precision import AutoPrecision, parse_precision
 from .report import Report
+from .report.stream import check_frame_period, stream_budget
 from .runtime import load_program
 from .runtime.pte import read_bytes
 
@@ -176,6 +177,7 @@ def compile(
     etrecord: str | os.PathLike | None = None,
     calibration_method: str = DEFAULT_CALIBRATION,
     bias_correction: bool = False,
+    frame_period_ms: float | None = None,
 ) -> CompiledProgram:
     """Compile ``model`` for ``target``: quantize (calibrating on ``calibration``), delegate
     what the NPU takes, serialize to ``.pte``. Without calibration data the example inputs
@@ -240,6 +242,13 @@ def compile(
     (``quantization.calibration.bias_correction``; ``report.calibration`` gives the
     verdict). Not with ``train_fn``: training sets the biases.
 
+    ``frame_period_ms``: the time between two calls of a program run as a stream (10 for
+    10 ms audio frames); the report's ``stream`` then gives a call's estimated time against
+    it, the margin to spare and whether it fits (``report.stream``). A model that keeps
+    state between calls (buffers it writes in place) gets a program that keeps it: int8 in
+    the program's mutable buffers, read and written by the NPU, reset by ``reset_state()``
+    (``report.state``); its calibration samples are a stream, in order.
+
     ``etrecord`` names a file to write the compile's ETRecord to, for ExecuTorch's
     ``Inspector`` (``docs/debugging.md``); the device program is the same without it.
 
@@ -250,6 +259,7 @@ def compile(
         with stage("reading the model", show=False):
             model, example_inputs = exported_model(model, example_inputs)
         request = parse_precision(precision)
+        frame_period_ms = check_frame_period(frame_period_ms)
         check_calibration_method(calibration_method, qat=train_fn is not None)
         check_bias_correction(bias_correction, qat=train_fn is not None)
         if etrecord is not None:
@@ -263,21 +273,24 @@ def compile(
         if isinstance(request, AutoPrecision):
             from .flow.auto_precision import search
 
-            return search(request, model, example_inputs, target=target, calibration=calibration,
+            prog = search(request, model, example_inputs, target=target, calibration=calibration,
                           npu_compiler=npu_compiler,
                           operators_not_to_delegate=operators_not_to_delegate,
                           progress=progress, train_fn=train_fn, io=io, deployable=deployable,
                           strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile,
                           memory=memory, calibration_method=calibration_method,
                           bias_correction=bias_correction)
-        # any failure the stages below do not name
-        with stage("compiling the model", show=False):
-            return _compile(model, example_inputs, target, calibration, npu_compiler,
-                            operators_not_to_delegate, train_fn, io, deployable, strict,
-                            accuracy_samples, request, memory=memory, etrecord=etrecord,
-                            calibration_method=calibration_method,
-                            bias_correction=bias_correction,
-                            inputs=inputs, outputs=outputs)
+        else:
+            # any failure the stages below do not name
+            with stage("compiling the model", show=False):
+                prog = _compile(model, example_inputs, target, calibration, npu_compiler,
+                                operators_not_to_delegate, train_fn, io, deployable, strict,
+                                accuracy_samples, request, memory=memory, etrecord=etrecord,
+                                calibration_method=calibration_method,
+                                bias_correction=bias_correction,
+                                inputs=inputs, outputs=outputs)
+    prog.report.stream = stream_budget(prog.report, frame_period_ms)
+    return prog
 
 
 def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:

@@ -151,7 +151,8 @@ def cmd_compile(args) -> int:
                            memory=args.memory, etrecord=args.etrecord,
                            calibration_method=args.calibration_method,
                            bias_correction=args.bias_correction,
-                           inputs=input_arg(args), outputs=args.outputs)
+                           inputs=input_arg(args), outputs=args.outputs,
+                           frame_period_ms=args.frame_period_ms)
     from .firmware.companion import companion_path
 
     prog.save(args.output)
@@ -352,6 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="correct each layer's bias after calibration so its int8 outputs keep "
                         "the float model's per-channel means (kept where the model's output "
                         "SQNR on the calibration data rises)")
+    c.add_argument("--frame-period-ms", type=float, metavar="MS",
+                   help="the time between two calls of a program run as a stream (e.g. 10 "
+                        "for 10 ms frames): the report gives a call's time against it and "
+                        "the margin to spare")
     c.add_argument("-o", "--output", required=True, help="the .pte to write")
     c.add_argument("--etrecord", metavar="FILE",
                    help="also write the compile's ETRecord (for ExecuTorch's Inspector)")

@@ -71,6 +71,10 @@ class Row:
     top1_samples: int = 0
     host_only: bool = False
     pte_bytes: int | None = None
+    state_bytes: int | None = None
+    """Bytes of the state a stateful program keeps between calls (None: no state)."""
+    realtime_margin_us: float | None = None
+    """With ``frame_period_ms``: the frame period less a call's estimated time."""
     warnings: tuple[str, ...] = ()
     seconds: float = field(default=0.0, compare=False)
 
@@ -150,7 +154,8 @@ def _compile_row(cell: Cell, asked: dict) -> Row:
                int16_ops=s.get("int16_ops"), sqnr_db=s.get("sqnr_db"),
                reference_sqnr_db=s.get("reference_sqnr_db"), top1_agreement=agreement,
                top1_samples=counted, host_only=bool(s.get("host_only")),
-               pte_bytes=len(prog.buffer))
+               pte_bytes=len(prog.buffer), state_bytes=s.get("state_bytes"),
+               realtime_margin_us=s.get("realtime_margin_us"))
 
 
 def top1_agreement(prog, model, example_inputs: tuple, samples) -> tuple[float | None, int]:

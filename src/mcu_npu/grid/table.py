@@ -29,11 +29,18 @@ FIGURES: tuple[tuple[str, object], ...] = (
     ("top-1", lambda r: "-" if r.top1_agreement is None else
      f"{r.top1_agreement:.0%} of {r.top1_samples}"),
     ("int16 ops", lambda r: "-" if r.int16_ops is None else str(r.int16_ops)),
+    ("state B", lambda r: _num(r.state_bytes, "{:,}")),
+    ("rt margin us", lambda r: _num(r.realtime_margin_us, "{:,.1f}")),
 )
 """(heading, cell text of a compiled row)."""
 
 NUMERIC = {"latency us", "NPU time", "ops on NPU", "parts", "flash KiB", "RAM KiB", "SQNR dB",
-           "ref dB", "int16 ops"}
+           "ref dB", "int16 ops", "state B", "rt margin us"}
+
+OPTIONAL = {"int16 ops": "int16_ops", "state B": "state_bytes",
+            "rt margin us": "realtime_margin_us"}
+"""Columns shown only when some row has a value: mixed precision, a stream's state and
+real-time margin."""
 
 
 def _num(value, fmt: str, scale: float = 1) -> str:
@@ -61,8 +68,8 @@ def table_cells(rows: Sequence[Row]) -> tuple[dict[str, str], list[str], list[li
     """({field: value} the same on every row, the headings, each row's cell texts). A failed
     row has the asked-for cells and then one: ``error: ...``."""
     asked, fixed = varying(rows)
-    figures = [(h, f) for h, f in FIGURES if h != "int16 ops" or
-               any(r.int16_ops is not None for r in rows)]
+    figures = [(h, f) for h, f in FIGURES if h not in OPTIONAL or
+               any(getattr(r, OPTIONAL[h]) is not None for r in rows)]
     head = [h for _, h in asked] + [h for h, _ in figures]
     body = []
     for r in rows:

@@ -149,6 +149,9 @@ class Report:
     """The tensors the program keeps between calls (a model's buffers written in place):
     per tensor its name, shape, dtype, bytes and int8 encoding; where they live is in
     ``memory["state"]``."""
+    stream: dict = field(default_factory=dict)
+    """A stream's cost (``report.stream.stream_budget``): per-call time, state bytes and,
+    with ``compile(..., frame_period_ms=)``, the real-time margin at that frame period."""
     device_only: bool = False
     """Read from the device program alone (its companion file absent): no per-op placement,
     accuracy, latency or per-layer error, only what the program holds."""
@@ -188,6 +191,10 @@ class Report:
         if self.state:
             s["state_tensors"] = len(self.state)
             s["state_bytes"] = sum(t["bytes"] for t in self.state)
+        if "frame_period_ms" in self.stream:
+            s.update(frame_period_ms=self.stream["frame_period_ms"],
+                     realtime_margin_us=self.stream["margin_us"],
+                     realtime_load=self.stream["load"], real_time=self.stream["real_time"])
         if self.calibration:
             from .calibration import calibration_summary
 
@@ -206,7 +213,7 @@ class Report:
             "memory": self.memory, "latency": self.latency, "layers": self.layers,
             "precision": self.precision, "placement": self.placement,
             "program_io": self.program_io, "calibration": self.calibration,
-            "state": self.state, "summary": self.summary,
+            "state": self.state, "stream": self.stream, "summary": self.summary,
             **({"device_only": True} if self.device_only else {}),
         }
 
@@ -227,6 +234,7 @@ class Report:
             layers=d.get("layers") or [], precision=d.get("precision") or {},
             placement=d.get("placement") or {}, program_io=d.get("program_io") or {},
             calibration=d.get("calibration") or {}, state=d.get("state") or [],
+            stream=d.get("stream") or {},
             device_only=bool(d.get("device_only", False)),
         )
 
@@ -256,6 +264,9 @@ class Report:
             if key in s:
                 lines.append(f"{label(key)} {s[key]:,}{' B' if key.endswith('bytes') else ''}")
         lines += self._latency_lines()
+        from .stream import stream_lines
+
+        lines += stream_lines(self.stream)
         for key, value in self.accuracy.items():
             lines.append(f"{label(key)} {value:.2f}" if isinstance(value, float)
                          else f"{label(key)} {value}")

@@ -67,7 +67,8 @@ def render_html(report) -> str:
             _layers_section(getattr(report, "layers", [])),
             _precision_section(report), _calibration_section(report), _ops_section(report), _partitions_section(report),
             _io_section(report.io, getattr(report, "program_io", None)),
-            _state_section(getattr(report, "state", [])), _notes_section(report),
+            _state_section(getattr(report, "state", []), getattr(report, "stream", {})),
+            _notes_section(report),
             _kernels_section(report.kernels),
             _versions_section(report.versions)]
     title = f"mcu-npu report: {report.target}"
@@ -435,15 +436,21 @@ def _io_section(io: dict, program_io: dict | None = None) -> str:
             + "</section>")
 
 
-def _state_section(state: list) -> str:
-    """The tensors the program keeps between calls, with their bytes and encoding."""
+def _state_section(state: list, stream: dict) -> str:
+    """The stream's per-call cost against its frame period, and the tensors the program
+    keeps between calls, with their bytes and encoding."""
+    from .stream import stream_lines
+
+    lines = stream_lines(stream)
+    budget = f"<p>{escape(lines[0])}</p>" if lines else ""
     if not state:
-        return ""
+        return f"<section id=\"stream\"><h2>Stream</h2>{budget}</section>" if budget else ""
     rows = [(t["name"], shape_text(t.get("shape", ())), t.get("dtype", ""),
              f"{t['bytes']:,}", "-" if t.get("scale") is None else f"{t['scale']:.9g}",
              "-" if t.get("zero_point") is None else str(t["zero_point"])) for t in state]
     total = sum(t["bytes"] for t in state)
-    return ("<section id=\"state\"><h2>State kept between calls</h2><p class=\"muted\">"
+    return ("<section id=\"state\"><h2>State kept between calls</h2>" + budget +
+            "<p class=\"muted\">"
             f"{len(state)} tensor(s), {total:,} B in the planned RAM: mutable buffers the "
             "program initialises and the runtime keeps between calls; the NPU reads and "
             "writes them in the int8 encoding shown.</p>"
