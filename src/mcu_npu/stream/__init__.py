@@ -2,7 +2,7 @@
 model into its one-frame-per-call form with state buffers (``Stream``)."""
 
 from .state import FrameRing, RecurrentState, RunningStatistic, StreamState
-from .stream import Stream, streaming
+from .convert import Stream, streaming
 
 __all__ = ["streaming", "Stream", "StreamState", "FrameRing", "RunningStatistic",
            "RecurrentState"]

@@ -54,7 +54,7 @@ class Stream(nn.Module):
 def streaming(model: nn.Module, example_inputs, *, time_dim: int = -1,
               check: bool = True) -> Stream:
     """The stream of causal sequence model ``model``: state buffers in place of its causal
-    padding, recurrences and pooling over time (see ``streaming.rewrite`` for what is
+    padding, recurrences and pooling over time (see ``mcu_npu.stream.rewrite`` for what is
     recognised); a non-causal layer raises ``UnsupportedModelError`` naming it.
 
     ``example_inputs``: one sequence the model takes (a tensor or a 1-tuple), its time axis
