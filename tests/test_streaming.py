@@ -146,3 +146,31 @@ def test_left_padding_with_a_value_starts_the_ring_with_it():
 def test_a_time_axis_that_is_not_an_axis_is_a_config_error():
     with pytest.raises(ConfigError, match="time_dim=3"):
         streaming(causal_tcn(), example_sequence(), time_dim=3)
+
+
+class _OtherSpellings(nn.Module):
+    """Chomp by ``narrow``, ``nn.AdaptiveAvgPool1d(1)``, ``amax`` over time, and an output
+    over time next to the pooled ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 8, 3, dilation=2, padding=4)
+        self.pool = nn.AdaptiveAvgPool1d(1)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        y = torch.tanh(self.conv(x).narrow(2, 0, x.shape[2]))
+        return self.head(self.pool(y).flatten(1)), y.amax(-1), y
+
+
+def test_other_spellings_of_chomp_and_pooling():
+    torch.manual_seed(4)
+    model = _OtherSpellings().eval()
+    sequence = torch.randn(1, 4, FRAMES)
+    stream = streaming(model, (sequence,))
+    with torch.no_grad():
+        for t, frame in enumerate(sequence.split(1, dim=-1), 1):
+            pooled, peak, y = stream(frame)
+            want = model(sequence[..., :t])
+            torch.testing.assert_close((pooled, peak, y), (want[0], want[1], want[2][..., -1:]),
+                                       rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ exported graph then becomes its one-frame form:
 * ``conv1d`` / ``convolution`` over time (stride 1, any dilation) whose left context
   (explicit pad + own padding) equals its span ``dilation * (kernel - 1)``: a ``FrameRing``
   of that many frames and the convolution on the window without padding.
-* ``slice`` on time cutting off right-padding frames (a chomp): nothing per frame.
+* ``slice`` / ``narrow`` on time cutting off right-padding frames (a chomp): nothing per frame.
   ``select`` / ``slice`` of the last frame: the frame itself.
 * ``mean`` / ``sum`` / ``amax`` / ``adaptive_avg_pool1d(1)`` over time: a
   ``RunningStatistic`` (cumulative over all frames so far).
@@ -65,6 +65,7 @@ _SPLIT = {aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default,
           aten.unbind.int}
 _ALONG_DIM = {aten.softmax.int, aten._softmax.default, aten.log_softmax.int,
               aten._log_softmax.default, aten.glu.default, aten.cat.default} | _SPLIT
+_PICK = {aten.slice.Tensor, aten.select.int, aten.narrow.default}
 _IGNORED = {aten._assert_tensor_metadata.default, aten._assert_scalar.default}
 
 
@@ -211,7 +212,7 @@ class FrameGraph:
         if t in _RECURRENT:
             return self.recurrent(node)
         x = node.args[0]
-        if t in (aten.slice.Tensor, aten.select.int) and self.on_time(node, x):
+        if t in _PICK and self.on_time(node, x):
             return self.pick(node)
         if t in _REDUCE and self.reduces_time(node, x):
             return self.reduce(node)
@@ -331,10 +332,14 @@ class FrameGraph:
             self.env[node] = self.g.call_function(aten.select.int, (self.env[x], f.dim, 0))
             return
         start = 0 if a.start is None else a.start
-        end = n if a.end is None else a.end
+        if node.target is aten.narrow.default:
+            start = start + n if start < 0 else start
+            end = start + a.length
+        else:
+            end = n if a.end is None else a.end
         start = min(max(start + n if start < 0 else start, 0), n)
         end = min(max(end + n if end < 0 else end, 0), n)
-        if (a.step or 1) != 1:
+        if (getattr(a, "step", 1) or 1) != 1:
             raise self.refuse(node, "a strided slice over time drops frames")
         cut_front, cut_back = start, n - end
         if cut_front <= len(f.lead) and cut_back <= f.trail:
@@ -425,7 +430,7 @@ class FrameGraph:
         t = node.target
         x = node.args[0]
         xv = x.meta["val"] if isinstance(x, fx.Node) else None
-        if t in _REDUCE or t in _PAD or t in (aten.slice.Tensor, aten.select.int):
+        if t in _REDUCE or t in _PAD or t in _PICK:
             return True  # over other axes (time handled before)
         if isinstance(t, torch._ops.OpOverload) and torch.Tag.pointwise in t.tags:
             return True
