@@ -121,12 +121,22 @@ class _FirstFrame(nn.Module):
         return self.conv(x)[..., 0]
 
 
+class _Renormalised(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 8, 3)
+
+    def forward(self, x):
+        return self.conv(F.pad(x - x.mean(-1, keepdim=True), (2, 0)))[..., -1]
+
+
 @pytest.mark.parametrize("model, time_dim, match", [
     (_Conv(pad=1), -1, r"layer 'conv'.*looks 1 frame\(s\) ahead.*Pad 2 frames on the left"),
     (_Conv(pad=2), -1, r"layer 'conv'.*2 frame\(s\) past the last one"),
     (_Conv(pad=2, stride=2, chomp=2), -1, r"layer 'conv'.*stride 2"),
     (_BiGRU(), 1, r"layer 'gru'.*bidirectional"),
     (_FirstFrame(), -1, r"picks a frame other than the last"),
+    (_Renormalised(), -1, r"layer 'conv'.*past frames of a tensor that depends on a statistic"),
 ])
 def test_non_causal_layers_are_refused_by_name(model, time_dim, match):
     shape = (1, 20, 4) if time_dim == 1 else (1, 4, 20)

@@ -100,6 +100,7 @@ class FrameGraph:
         self.form: dict[fx.Node, Form] = {}      # time-carrying nodes
         self.parts: dict[fx.Node, list] = {}     # tuple-valued nodes: Form or None per item
         self.dynamic: set[fx.Node] = set()       # nodes computed from the input
+        self.recomputed: set[fx.Node] = set()     # frames that use a summary of all frames
         self.states = nn.Module()
 
     # -- helpers -----------------------------------------------------------------------
@@ -163,6 +164,8 @@ class FrameGraph:
                     continue
                 if any(a in self.dynamic for a in node.all_input_nodes):
                     self.dynamic.add(node)
+                if any(a in self.recomputed for a in node.all_input_nodes):
+                    self.recomputed.add(node)
                 self.call(node)
             elif node.op == "output":
                 self.output(node)
@@ -233,6 +236,17 @@ class FrameGraph:
         ndim = x.meta["val"].dim()
         dims = [dims] if isinstance(dims, int) else dims
         return self.form[x].dim in {self.normal_dim(d, ndim) for d in dims}
+
+    def check_history(self, node: fx.Node, x: fx.Node) -> None:
+        """Refuse keeping past frames of ``x`` when they depend on a statistic of all frames
+        so far (``x - x.mean(-1, keepdim=True)``): the sequence model recomputes those past
+        frames with every new one, a stream cannot."""
+        if x in self.recomputed:
+            raise self.refuse(node, "it keeps past frames of a tensor that depends on a "
+                                    "statistic of the whole sequence so far, which the "
+                                    "sequence model recomputes for every new frame",
+                              "Use a running statistic only after the last layer that keeps "
+                              "frames.")
 
     # -- per-op rewrites ---------------------------------------------------------------
     def getitem(self, node: fx.Node) -> None:
@@ -308,6 +322,7 @@ class FrameGraph:
                               f"Pad by dilation*(kernel-1) = {span}.")
         frame = self.env[x]
         if span:
+            self.check_history(node, x)
             init = torch.tensor((0.0,) * own + f.lead, dtype=xv.dtype)
             shape = self.frame_shape(x)[:-1] + (span,)
             ring = FrameRing(init.expand(shape).clone())
@@ -364,6 +379,7 @@ class FrameGraph:
                               "Cut the padding off before pooling over time.")
         if node.target is aten.adaptive_avg_pool1d.default and list(node.args[1]) != [1]:
             raise self.refuse(node, "adaptive pooling over time to more than one frame")
+        self.check_history(node, x)
         kind = _REDUCE[node.target]
         stat = RunningStatistic(kind, self.frame_shape(x), x.meta["val"].dtype)
         run = self.g.call_module(self.add_state(f"{kind}_{node.name}", stat), (self.env[x],))
@@ -381,6 +397,7 @@ class FrameGraph:
         if f.dim != (1 if a.batch_first else 0) or f.lead or f.trail:
             raise self.refuse(node, "the recurrent layer's time axis is not its input's "
                                     "time axis, or it runs over padding")
+        self.check_history(node, x)
         hx = list(a.hx) if isinstance(a.hx, (list, tuple)) else [a.hx]
         if any(h in self.form or h in self.dynamic for h in hx):
             raise self.refuse(node, "its initial state is computed from the input")
@@ -409,6 +426,8 @@ class FrameGraph:
             raise self.refuse(node, "it mixes values of different frames (not known to act "
                                     "frame by frame)")
         trail = forms.pop().trail
+        if any(a in self.dynamic and a not in self.form for a in node.all_input_nodes):
+            self.recomputed.add(node)   # frames combined with a summary of all frames
         args = node.args
         if node.target in _SHAPE_ARG:
             out_dim = self.time_axis(node)
