@@ -27,6 +27,10 @@ def __getattr__(name):
         from . import grid
 
         return getattr(grid, name)
+    if name in ("streaming", "Stream"):
+        from . import stream
+
+        return getattr(stream, name)
     if name == "AutoPrecision":
         from .quantization.precision import AutoPrecision
 
@@ -38,7 +42,7 @@ from .version import __version__  # noqa: E402,F401
 
 __all__ = [
     "compile", "load", "CompiledProgram", "Report", "AutoPrecision", "check_bundled",
-    "compare", "sweep",
+    "compare", "sweep", "streaming", "Stream",
     "targets", "get_target", "InputSpec",
     "McuNpuError", "ConfigError", "ConversionError", "InputError", "InvalidProgramError",
     "MemoryFitError", "NpuCompilerError", "UnsupportedModelError",
