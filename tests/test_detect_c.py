@@ -108,6 +108,26 @@ def test_c_builds_for_cortex_m_without_heap_or_libm(cpu, integer, tmp_path):
     assert (tmp_path / HEADER).exists()
 
 
+@pytest.mark.parametrize("compiler", ["gcc", "arm-none-eabi-gcc"])
+def test_float_c_has_no_fused_multiply_add(compiler, tmp_path):
+    """Built with contraction on and FMA instructions available, the float path still
+    rounds each product as the host does: no fused multiply-add in the code."""
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} is not installed")
+    layout = LAYOUTS["yolov5"]
+    outs, quant = outputs_for(layout, False, seed=1)
+    for name, text in detect_files(plan(layout, output_specs(outs, quant))).items():
+        (tmp_path / name).write_text(text)
+    cpu = ["-mfma"] if compiler == "gcc" else ["-mcpu=cortex-m55", "-mthumb",
+                                               "-mfloat-abi=hard"]
+    asm = subprocess.run([compiler, *cpu, "-std=gnu99", "-O2", "-ffp-contract=fast", "-S",
+                          "-o", "-", SOURCE], check=True, cwd=tmp_path, capture_output=True,
+                         text=True).stdout
+    assert "mcu_npu_detect" in asm
+    assert not [line for line in asm.splitlines()
+                if line.strip().startswith(("vfm", "vfnm"))], "fused multiply-add emitted"
+
+
 class Detector(nn.Module):
     """A detector-shaped network: a 32x32 image to 64 anchors, boxes in pixels (centre,
     size) then 3 sigmoid class scores, as YOLOv8 exports (1, 4 + 3, 64)."""

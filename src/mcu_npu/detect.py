@@ -38,8 +38,8 @@ Integer rules (int8 outputs, with each output's scale ``s`` and zero point ``z``
 
 Float outputs are processed in float32, operation for operation as the C does (``min`` /
 ``max`` as ``a < b ? a : b`` / ``a > b ? a : b``; ``x1 = cx - w * 0.5``; suppressed when
-``inter > iou * union``, union ``(area_a + area_b) - inter``), so the C compiled without
-floating-point contraction (GCC's default with ``-std=c99``) gives the same detections.
+``inter > iou * union``, union ``(area_a + area_b) - inter``, each product rounded: the C
+turns fused multiply-add off), so the C gives the same detections.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ C99, no heap and no libm: the caller passes the work area (``mcu_npu_detect_work
 
 On int8 outputs everything is integer (int32, int64 for the IoU test): boxes in half steps
 of the box output's scale (``MCU_NPU_DETECT_BOX_UNIT``), scores as integers
-(``MCU_NPU_DETECT_SCORE_UNIT`` each). On float outputs the arithmetic is float32; the host
-agrees with it when the C is compiled without floating-point contraction (GCC's default
-with ``-std=c99``; ``-ffp-contract=off`` otherwise).
+(``MCU_NPU_DETECT_SCORE_UNIT`` each). On float outputs the arithmetic is float32, each
+product rounded as on the host: the source turns floating-point contraction (fused
+multiply-add) off for GCC and clang whatever the build's ``-ffp-contract``.
 """
 
 from __future__ import annotations
@@ -142,6 +142,14 @@ def header_text(p: Plan) -> str:
 
 SOURCE_TEXT = r"""/* Detector post-processing written by mcu-npu (see mcu_npu_detect.h). */
 #include "mcu_npu_detect.h"
+
+/* no fused multiply-add: the float path computes what the host computes, rounding each
+ * product, whatever -ffp-contract the firmware is built with */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 typedef mcu_npu_detect_value_t value_t;
 typedef mcu_npu_detect_candidate_t cand_t;
