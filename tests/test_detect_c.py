@@ -16,6 +16,7 @@ from torch import nn
 import mcu_npu
 from detect_c_run import FLAGS, host_rows, run_c
 from mcu_npu.detect import DetectionLayout, detect, output_specs, plan
+from mcu_npu.errors import ConfigError
 from mcu_npu.firmware.detect_c import HEADER, SOURCE, detect_files
 
 ARM_GCC = shutil.which("arm-none-eabi-gcc")
@@ -129,8 +130,8 @@ def test_float_c_has_no_fused_multiply_add(compiler, tmp_path):
 
 
 class Detector(nn.Module):
-    """A detector-shaped network: a 32x32 image to 64 anchors, boxes in pixels (centre,
-    size) then 3 sigmoid class scores, as YOLOv8 exports (1, 4 + 3, 64)."""
+    """A detector-shaped network: a 32x32 image to 64 anchors on an 8x8 grid, boxes in
+    pixels (centre, size) then 3 sigmoid class scores, as YOLOv8 exports (1, 4 + 3, 64)."""
 
     def __init__(self):
         super().__init__()
@@ -139,11 +140,15 @@ class Detector(nn.Module):
         self.box = nn.Conv2d(8, 4, 1)
         self.cls = nn.Conv2d(8, 3, 1)
 
+        gy, gx = torch.meshgrid(torch.arange(8.), torch.arange(8.), indexing="ij")
+        self.register_buffer("grid", torch.stack([gx, gy]).reshape(1, 2, 64))
+
     def forward(self, x):
         f = self.body(x)
-        boxes = torch.sigmoid(self.box(f)).flatten(2) * torch.tensor([32., 32., 12., 12.]
-                                                                     ).view(1, 4, 1)
-        return torch.cat([boxes, torch.sigmoid(self.cls(f)).flatten(2)], 1)
+        b = torch.sigmoid(self.box(f)).flatten(2)
+        xy = (b[:, :2] * 2 - 0.5 + self.grid) * 4  # centres decoded on the 8x8 grid, pixels
+        wh = b[:, 2:] * 24
+        return torch.cat([xy, wh, torch.sigmoid(self.cls(f)).flatten(2)], 1)
 
 
 @pytest.fixture(scope="module")
@@ -163,19 +168,35 @@ def test_compiled_detector_host_and_c_agree(detector, io, tmp_path):
         prog = mcu_npu.compile(model, images[0], target="corstone-300", calibration=images,
                                io=io)
     layout = DetectionLayout(classes=3)
-    header, source = prog.save_detect_c(tmp_path / "fw", layout=layout, score=0.5, iou=0.3,
-                                        max_boxes=10)
+    options = {"score": 0.5, "iou": 0.3, "max_boxes": 12}
+    header, source = prog.save_detect_c(tmp_path / "fw", layout=layout, **options)
     assert header.name == HEADER and source.name == SOURCE
-    p = plan(layout, output_specs(prog.run(*prog.quantize_inputs(*images[0]))[:1],
-                                  prog.report.io), score=0.5, iou=0.3, max_boxes=10)
+    p = plan(layout, output_specs(prog.run(*prog.quantize_inputs(*images[0])),
+                                  prog.report.io), **options)
     assert header.read_text() == detect_files(p)[HEADER]
     assert p.integer == (io == "int8")
-    total = 0
+    counts = []
     for k, image in enumerate(images):
         outputs = prog.run(*prog.quantize_inputs(*image))
-        dets = prog.detect(*image, layout=layout, score=0.5, iou=0.3, max_boxes=10)
+        dets = prog.detect(*image, layout=layout, **options)
         assert run_c(p, outputs, tmp_path / str(k)) == host_rows(dets)
-        total += len(dets)
-        assert len(dets) <= 10
         assert torch.all(dets.boxes[:, 2:] >= dets.boxes[:, :2])
-    assert total > 0
+        unsuppressed = prog.detect(*image, layout=layout, **{**options, "iou": 1.0,
+                                                             "max_boxes": 64})
+        counts.append((len(dets), len(unsuppressed)))
+    assert any(n == 12 for n, _ in counts) and any(n < 12 for n, _ in counts)  # capped or not
+    assert any(n < min(m, 12) for n, m in counts)  # NMS dropped boxes
+
+
+def test_save_detect_c_refuses_a_file_name_and_a_wrong_layout(detector, tmp_path):
+    model, images = detector
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        prog = mcu_npu.compile(model, images[0], target="corstone-300", calibration=images)
+    with pytest.raises(ConfigError, match="into a folder"):
+        prog.save_detect_c(tmp_path / "detect.h", layout=DetectionLayout(classes=3))
+    with pytest.raises(ConfigError, match="need 8 channels.*has 7"):
+        prog.save_detect_c(tmp_path, layout=DetectionLayout(classes=4))
+    with pytest.raises(ConfigError, match="need 8 channels.*has 7"):
+        prog.detect(*images[0], layout=DetectionLayout(classes=3, objectness=True))
+    assert not list(tmp_path.iterdir())
