@@ -78,6 +78,24 @@ class CompiledProgram:
         return write_c_header(path, self.buffer, self.report, name=name, section=section,
                               bundled=bundled)
 
+    def detect(self, *inputs: torch.Tensor, layout, **options):
+        """Run the program on ``inputs`` (float inputs are quantized for int8 I/O) and
+        post-process its outputs as a detector's (``mcu_npu.detect.detect``: ``layout`` a
+        ``DetectionLayout``; ``score=0.25, iou=0.45, max_boxes=100, max_candidates=1024,
+        class_agnostic=False``), integer-only on int8 outputs with the report's scales."""
+        from .detect import detect
+
+        outputs = self.run(*self.quantize_inputs(*inputs))
+        return detect(outputs, layout, self.report.io, **options)
+
+    def save_detect_c(self, directory: str | os.PathLike, *, layout, **options):
+        """Write the detector post-processing in C, ``mcu_npu_detect.h`` and ``.c``, into
+        ``directory`` (``firmware.detect_c``; options as for ``detect``): on the board it
+        gives the detections ``detect`` gives on the host. Returns the two paths."""
+        from .firmware.detect_c import write_detect_c
+
+        return write_detect_c(directory, self.buffer, self.report, layout, **options)
+
     def save_bundled(self, path: str | os.PathLike, inputs):
         """Write a bundled program (``.bpte``, ``devtools.bundled``): the ``.pte`` with
         ``inputs`` (a list of input tuples, or of tensors for a one-input model) as test
