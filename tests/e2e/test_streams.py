@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import mcu_npu
+from mcu_npu.models.streaming import causal_tcn, example_sequence, gru_kws
 from mcu_npu.report.metrics import sqnr_db
 from stream_models import BUFFERED, CellIO, LSTMCellIO, OneStepGRU, carried, frames
 
@@ -158,3 +159,30 @@ def test_saved_program_keeps_and_resets_its_state(tmp_path):
     loaded.reset_state()
     assert all(torch.equal(loaded.run(x)[0], y) for (x,), y in zip(stream[:4], first))
     assert loaded.report.state == prog.report.state
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("make", [lambda: causal_tcn(channels=8), lambda: gru_kws(channels=8,
+                                                                               hidden=16)],
+                         ids=["causal_tcn", "gru_kws"])
+def test_a_sequence_model_runs_as_its_stream(make, target):
+    """``mcu_npu.streaming`` of a causal sequence model, compiled: at every frame the
+    program's output is the sequence model's on the frames so far, within the contract."""
+    model = make()
+    (sequence,) = example_sequence(frames=STREAM, seed=2)
+    stream = mcu_npu.streaming(model, (sequence,))
+    calls = [(f,) for f in stream.frames(sequence)]
+    stream.reset_state()
+    with pytest.warns(UserWarning) if target == "imxrt700" else _nothing():
+        prog = _compile(stream, calls, target)
+    assert _npu_share(prog) >= 0.9, prog.report
+    acc = prog.report.accuracy
+    assert acc["sqnr_db"] >= acc["reference_sqnr_db"] - 1.0, acc
+    with torch.no_grad():
+        want = [model(sequence[..., :t + 1]) for t in range(len(calls))]
+    got = [prog.run(*call)[0] for call in calls]
+    # the report measured the program against the float stream; the float stream is the
+    # sequence model frame by frame, so the same figure holds against the sequence model
+    assert sqnr_db(torch.cat(want).flatten(), torch.cat(got).flatten()) == \
+        pytest.approx(acc["sqnr_db"], abs=0.05)

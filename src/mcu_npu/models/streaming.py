@@ -1,5 +1,6 @@
 """Causal sequence models for the sequence-to-stream conversion (``mcu_npu.streaming``) and
-its benchmarks: a dilated causal TCN and a GRU keyword spotter.
+its benchmarks: a dilated causal TCN, a GRU keyword spotter and a depthwise-separable
+temporal conv net of the shape of MLPerf Tiny's streaming wake-word task.
 
 Both take MFCC-like frames channels first, ``(N, features, T)``, and answer on the last
 frame, so each is causal: its output on frames 1..t depends on no later frame. Weights are
@@ -12,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["causal_tcn", "gru_kws", "example_sequence"]
+__all__ = ["causal_tcn", "gru_kws", "ds_cnn_stream", "example_sequence"]
 
 
 class _Chomp(nn.Module):
@@ -76,6 +77,34 @@ class GruKWS(nn.Module):
         return self.head(out[:, -1])
 
 
+class DSCNNStream(nn.Module):
+    """A wake-word detector as a causal 1-D depthwise-separable conv net over 40 log-mel
+    features per frame: a causal conv front-end, ``blocks`` depthwise (kernel 3, growing
+    dilation, left-padded) + pointwise blocks with BatchNorm and ReLU, the mean over time
+    and a linear head (a keyword, or not)."""
+
+    def __init__(self, features: int = 40, channels: int = 64, blocks: int = 4,
+                 classes: int = 3):
+        super().__init__()
+        self.front = nn.Sequential(nn.ConstantPad1d((2, 0), 0.0),
+                                   nn.Conv1d(features, channels, 3, bias=False),
+                                   nn.BatchNorm1d(channels), nn.ReLU())
+        layers = []
+        for i in range(blocks):
+            d = 2 ** i
+            layers += [nn.ConstantPad1d((2 * d, 0), 0.0),
+                       nn.Conv1d(channels, channels, 3, dilation=d, groups=channels,
+                                 bias=False),
+                       nn.BatchNorm1d(channels), nn.ReLU(),
+                       nn.Conv1d(channels, channels, 1, bias=False),
+                       nn.BatchNorm1d(channels), nn.ReLU()]
+        self.blocks = nn.Sequential(*layers)
+        self.head = nn.Linear(channels, classes)
+
+    def forward(self, x):  # (N, features, T)
+        return self.head(self.blocks(self.front(x)).mean(-1))
+
+
 def _settle(model: nn.Module, seed: int) -> nn.Module:
     g = torch.Generator().manual_seed(seed + 1)
     for m in model.modules():
@@ -100,6 +129,14 @@ def gru_kws(features: int = 10, channels: int = 16, hidden: int = 32, classes: i
     torch.manual_seed(seed)
     with torch.no_grad():
         return _settle(GruKWS(features, channels, hidden, classes), seed)
+
+
+def ds_cnn_stream(features: int = 40, channels: int = 64, blocks: int = 4, classes: int = 3,
+                  seed: int = 0) -> nn.Module:
+    """A depthwise-separable temporal conv wake-word detector taking ``(N, features, T)``
+    log-mel frames and answering ``(N, classes)`` from the mean over all frames so far."""
+    torch.manual_seed(seed)
+    return _settle(DSCNNStream(features, channels, blocks, classes), seed)
 
 
 def example_sequence(features: int = 10, frames: int = 49, seed: int = 0) -> tuple:

@@ -86,7 +86,7 @@ def marker_length(model: nn.Module, shape: tuple[int, ...], time_dim: int) -> in
     sizes = [s for i, s in enumerate(shape) if i != time_dim]
     for t in list(model.parameters()) + list(model.buffers()):
         sizes.extend(t.shape)
-    return max(64, 2 * max(sizes, default=1) + 1)
+    return max(64, 2 * max(sizes, default=1) + 2)  # T // 2 above every other size
 
 
 class FrameGraph:
