@@ -94,6 +94,54 @@ class Recurrent(nn.Module):
         return self.layer(x)[0]
 
 
+class RingState(nn.Module):
+    """A ring of the last ``k`` frames kept between calls (a buffer written in place): the
+    window is the ring and the new frames concatenated over time; the ring keeps its tail."""
+
+    def __init__(self, shape, k: int):
+        super().__init__()
+        self.k = k
+        self.register_buffer("ring", torch.zeros(*shape[:-1], k))
+
+    def forward(self, x):
+        window = torch.cat([self.ring, x], dim=-1)
+        self.ring.copy_(window[..., -self.k:])
+        return window
+
+    def reset(self):
+        self.ring.zero_()
+
+
+class RecurrentState(nn.Module):
+    """A batch-first GRU / LSTM whose final state is kept between calls in buffers and
+    starts the next call."""
+
+    def __init__(self, layer: nn.Module, batch: int):
+        super().__init__()
+        self.layer = layer
+        size = (layer.num_layers, batch, layer.hidden_size)
+        self.register_buffer("h", torch.zeros(size))
+        if isinstance(layer, nn.LSTM):
+            self.register_buffer("c", torch.zeros(size))
+
+    def forward(self, x):
+        if isinstance(self.layer, nn.LSTM):
+            y, (h, c) = self.layer(x, (self.h, self.c))
+            self.c.copy_(c)
+        else:
+            y, h = self.layer(x, self.h)
+        self.h.copy_(h)
+        return y
+
+    def reset(self):
+        for b in self.buffers():
+            b.zero_()
+
+
+STATEFUL = (RingState, RecurrentState)
+"""Blocks that keep state between calls: a network holding one is checked as a stream."""
+
+
 class SelfAttention(nn.Module):
     def __init__(self, width: int, heads: int):
         super().__init__()
@@ -378,6 +426,16 @@ def _b_recurrent(kind, shape, p):
     return Recurrent(layer), kind
 
 
+def _b_ring_state(kind, shape, p):
+    return RingState(shape, p["k"]), kind
+
+
+def _b_recurrent_state(kind, shape, p):
+    cls = {"gru": nn.GRU, "lstm": nn.LSTM}[p["cell"]]
+    return RecurrentState(cls(shape[-1], p["hidden"], num_layers=p["layers"],
+                              batch_first=True), shape[0]), kind
+
+
 def _b_attention(kind, shape, p):
     width = shape[-1]
     heads = _pick([d for d in _divisors(width) if d <= 4], p["heads"])
@@ -556,6 +614,10 @@ BLOCKS = {
     "inplace_add": (BATCHED, True, _BODY, _b_inplace_add),
     "autocast_off": (BATCHED, True, _BODY, _b_autocast_off),
     "group_norm": (SPATIAL, False, st.fixed_dictionaries({"groups": I(0, 5)}), _b_group_norm),
+    "ring_state": (("seq",), False, st.fixed_dictionaries({"k": I(1, 4)}), _b_ring_state),
+    "recurrent_state": (("tokens",), False, st.fixed_dictionaries(
+        {"cell": st.sampled_from(("gru", "lstm")), "hidden": I(1, 12), "layers": I(1, 2)}),
+        _b_recurrent_state),
 }
 
 # Size limits that keep every network small (the compile of one takes seconds).
@@ -596,6 +658,8 @@ def _steps(spec):
         module.eval()
         with torch.no_grad():
             y = module(x)
+        if isinstance(module, STATEFUL):
+            module.reset()  # the shape run wrote the state: the network starts from zeros
         if name == "batch":
             batched = True
         kind, shape, x = new_kind, tuple(y.shape), y
@@ -743,8 +807,11 @@ def check(spec, target: str, npu_compiler: str = "auto"):
         raise FuzzFailure("executorch load", _first(exc)) from exc
     check_device_runtimes(prog, tests[0], outs[0])
     with torch.no_grad():
-        floats = [model(*t) for t in tests]
-        refs = [run_exact(prog.reference, *t) for t in tests]
+        if any(isinstance(m, STATEFUL) for m in model.modules()):
+            floats, refs = _stream_runs(model, prog, tests)
+        else:
+            floats = [model(*t) for t in tests]
+            refs = [run_exact(prog.reference, *t) for t in tests]
     refs = [r if isinstance(r, (list, tuple)) else [r] for r in refs]
     floats = [f if isinstance(f, (list, tuple)) else [f] for f in floats]
     steps = _output_steps(prog.reference)
@@ -771,6 +838,25 @@ def check(spec, target: str, npu_compiler: str = "auto"):
     return "ok"
 
 
+def _stream_runs(model, prog, tests) -> tuple[list, list]:
+    """(float outputs, exact reference outputs) of a network keeping state, over ``tests``
+    as a stream from the initial state: the program ran them in order after its compile,
+    so do the float model (a copy: its buffers carry the state) and the reference, whose
+    state is inputs and outputs after the model's own."""
+    import copy
+
+    from mcu_npu.program_state import ProgramState, StateTensor
+    from mcu_npu.quantization.exact import run_exact
+
+    stream = copy.deepcopy(model)
+    floats = [stream(*t) for t in tests]
+    first = floats[0] if isinstance(floats[0], (list, tuple)) else [floats[0]]
+    state = ProgramState(tuple(StateTensor(t["name"], model.get_buffer(t["name"]).clone())
+                               for t in prog.report.state), len(tests[0]), len(first))
+    step = state.stepper(lambda *a: run_exact(prog.reference, *a))
+    return floats, [step(*t) for t in tests]
+
+
 def check_device_runtimes(prog, sample, host_outputs) -> None:
     """The program's delegate calls pass the device runtimes' I/O rules (element types, sizes
     and counts: ``firmware.check.io_problems_of``), and ExecuTorch's own C++ runtime runs it
@@ -783,6 +869,7 @@ def check_device_runtimes(prog, sample, host_outputs) -> None:
     if problems:
         raise FuzzFailure("device I/O", problems[0])
     try:
+        prog.reset_state()  # ``host_outputs`` is the first call's, from the initial state
         outputs = prog.run(*sample, runtime="executorch")
     except Exception as exc:  # noqa: BLE001
         raise FuzzFailure(f"executorch run {type(exc).__name__}", _first(exc)) from exc

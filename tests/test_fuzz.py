@@ -99,3 +99,21 @@ FOUND = {
 def test_failure_classes_found_by_the_fuzzer_stay_fixed(name):
     for target in fuzz_nets.TARGETS:
         fuzz_nets.check(FOUND[name], target)
+
+
+STATEFUL_SPECS = fuzz_nets.specs(
+    min_blocks=2, max_blocks=4,
+    blocks=["ring_state", "recurrent_state", "conv", "act", "to_tokens", "to_seq", "linear",
+            "add", "mean"]).filter(
+    lambda spec: any(name in ("ring_state", "recurrent_state") for name, _ in spec["blocks"]))
+
+
+@pytest.mark.slow
+@settings(max_examples=2, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(spec=STATEFUL_SPECS)
+def test_random_network_with_state_runs_as_a_stream_within_contract(spec):
+    """Networks holding a ring of past frames or a recurrent state kept between calls: the
+    test inputs run as a stream in the program, the float model and the reference alike."""
+    for target in fuzz_nets.TARGETS:
+        fuzz_nets.check(spec, target)
