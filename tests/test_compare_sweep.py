@@ -338,3 +338,39 @@ grid = mcu_npu.compare(factory, targets=["corstone-300"], workers=2)
         f"({tmp_path / 'plain.py'}:9), so each worker would start it again: put that call "
         "under `if __name__ == \"__main__\":`, or move factory into a file of its own and "
         "name the model as \"that_file.py:factory\"")
+
+
+def test_a_plain_script_named_as_its_own_factory_file_is_told_what_to_change(tmp_path):
+    out = _run_script(tmp_path, """
+import mcu_npu
+
+
+def factory():
+    raise AssertionError("no worker may start")
+
+
+grid = mcu_npu.compare("plain.py:factory", targets=["corstone-300"], workers=2)
+""")
+    assert out.returncode == 1
+    assert "ConfigError: factory is defined in the script being run" in out.stderr
+    assert f"at its top level ({tmp_path / 'plain.py'}:9)" in out.stderr
+
+
+@pytest.mark.xdist_group("grid")
+def test_a_factory_file_that_starts_a_grid_is_its_rows_error_not_a_pool_in_a_pool(tmp_path):
+    """The factory's file starts a grid when a worker imports it: the worker refuses it (a
+    grid in each worker, each with its own workers, would never end)."""
+    (tmp_path / "starts_a_grid.py").write_text(f"""
+import mcu_npu
+mcu_npu.compare({MODELS + ':tiny_mlp'!r}, targets=["corstone-300"], workers=1)
+
+
+def factory():
+    raise AssertionError("not reached")
+""")
+    grid = compare(str(tmp_path / "starts_a_grid.py") + ":factory", targets=["corstone-300"],
+                   workers=1, progress=False)
+    assert grid.rows[0].error == (
+        f"ConfigError: importing '{tmp_path / 'starts_a_grid.py'}' failed: a grid was started "
+        "inside a worker of another grid: the model factory's file starts one when imported; "
+        "put that call under `if __name__ == \"__main__\":`")

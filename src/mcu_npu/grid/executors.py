@@ -79,8 +79,20 @@ def _pool(workers: int, with_main: bool = False) -> ProcessPoolExecutor:
     # only ``with_main`` (a cell needs something defined in it)
     context = main_script.context(with_main)
     context.set_forkserver_preload(PRELOADED)
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=share_cores,
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                initargs=(max(1, _cores() // workers),))
+
+
+_in_worker = False
+
+
+def _start_worker(threads: int) -> None:
+    """A pool worker's start: its share of the cores, and the mark that refuses a grid
+    started inside it (a factory's file that starts one when imported would otherwise
+    start pools within pools)."""
+    global _in_worker
+    _in_worker = True
+    share_cores(threads)
 
 
 def share_cores(threads: int) -> None:
@@ -96,6 +108,10 @@ def share_cores(threads: int) -> None:
 
 
 def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
+    if _in_worker:
+        raise ConfigError("a grid was started inside a worker of another grid: the model "
+                          "factory's file starts one when imported; put that call under "
+                          "`if __name__ == \"__main__\":`")
     with_main = _check_main(cells)
     broken: list[int] = []
     pool = _pool(workers, with_main)
@@ -123,12 +139,15 @@ def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
 def _check_main(cells) -> bool:
     """Whether the workers must run the main script (a cell refers to something defined
     in it); ConfigError saying what to change when the script starts this grid outside an
-    ``if __name__ == "__main__":`` block, which each worker would then start again."""
+    ``if __name__ == "__main__":`` block and the workers would run or import it (a factory
+    defined in it, or named as ``"that_script.py:factory"``), starting the grid again."""
     names = main_script.main_names(cells)
-    if not names:
+    in_file = main_script.main_file_factories([c.source for c in cells])
+    if not names and not in_file:
         return False
     where = main_script.unguarded_call()
     if where is not None:
+        names = list(dict.fromkeys(names + in_file))
         listed = ", ".join(names)
         raise ConfigError(
             f"{listed} {'is' if len(names) == 1 else 'are'} defined in the script being run, "
@@ -137,7 +156,7 @@ def _check_main(cells) -> bool:
             f"start it again: put that call under `if __name__ == \"__main__\":`, or move "
             f"{listed} into a file of {'its' if len(names) == 1 else 'their'} own and name "
             f"the model as \"that_file.py:{names[0]}\"")
-    return True
+    return bool(names)
 
 
 def import_ray():

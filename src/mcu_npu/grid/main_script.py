@@ -10,8 +10,9 @@ parent sends a new worker; ``multiprocessing.spawn.get_preparation_data`` is wra
 and the wrapper acts only in the thread starting one of these workers, while it does).
 
 A cell that does need ``__main__`` (a factory or option defined in the script itself:
-``main_names``) runs in ordinary workers, which need the script's call guarded; when it is
-not (``unguarded_call``), the grid refuses with what to change.
+``main_names``) runs in ordinary workers, which need the script's call guarded, as does a
+factory named as ``"that_script.py:factory"`` (``main_file_factories``: a worker imports
+the script); when it is not (``unguarded_call``), the grid refuses with what to change.
 """
 
 from __future__ import annotations
@@ -88,6 +89,17 @@ def main_names(objects) -> list[str]:
             if module in ("__main__", "__mp_main__") and name not in names:
                 names.append(name)
     return names
+
+
+def main_file_factories(sources) -> list[str]:
+    """The factories of ``sources`` named as ``"file.py:factory"`` with the main script as
+    the file (a worker imports it, running its top level, to find them)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if path is None:
+        return []
+    main = Path(path).resolve()
+    return [s.rpartition(":")[2] for s in sources if isinstance(s, str) and
+            s.rpartition(":")[0].endswith(".py") and Path(s.rpartition(":")[0]).resolve() == main]
 
 
 def unguarded_call() -> str | None:
