@@ -294,7 +294,8 @@ def _run_script(tmp_path, text: str):
     script = tmp_path / "plain.py"
     script.write_text(text)
     src = str(Path(mcu_npu.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    paths = [src, os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
     return subprocess.run([sys.executable, "-W", "ignore", str(script)], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=600)
 
@@ -307,7 +308,8 @@ def test_a_plain_script_compares_in_worker_processes(tmp_path):
     out = _run_script(tmp_path, f"""
 import mcu_npu
 print("top level", flush=True)
-grid = mcu_npu.compare({MODELS + ':tiny_mlp'!r}, targets=["corstone-300", "ethos-u85-256"], workers=2)
+grid = mcu_npu.compare({MODELS + ':tiny_mlp'!r}, targets=["corstone-300", "ethos-u85-256"],
+                       workers=2)
 for row in grid.rows:
     print("row", row.target, row.ok, row.error, row.ops_on_npu, flush=True)
 """)

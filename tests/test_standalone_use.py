@@ -62,15 +62,17 @@ print("ok")
 
 
 def run_fresh(script: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                          env=env, timeout=300)
+    paths = [str(SRC), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, paths)))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
+                          text=True, env=env, timeout=300)
 
 
 @pytest.mark.parametrize("name", sorted(PASSES))
 def test_public_pass_runs_in_a_fresh_process(name):
     split = name == "SplitGRUByLayers"
-    script = PASS_SCRIPT.format(name=name, module=PASSES[name], op="gru" if split else name[9:].lower(),
+    op = "gru" if split else name[len("Decompose"):].lower()
+    script = PASS_SCRIPT.format(name=name, module=PASSES[name], op=op,
                                 left_expected="len(left) == 2" if split else "not left")
     out = run_fresh(script)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -353,7 +353,8 @@ def test_a_script_holding_executorch_loads_exits_cleanly():
     from pathlib import Path
 
     src = str(Path(mcu_npu.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    paths = [src, os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
     out = subprocess.run([sys.executable, "-X", "faulthandler", "-W", "ignore", "-c", EXIT_SCRIPT],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
