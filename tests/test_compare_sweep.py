@@ -285,3 +285,94 @@ def test_pool_workers_share_the_cores():
     share = max(1, executors._cores() // 2)
     with executors._pool(2) as pool:
         assert pool.submit(_threads).result() == (share, str(share))
+
+
+# -- a plain script (no `if __name__ == "__main__":`) --------------------------------------
+def _run_script(tmp_path, text: str):
+    import subprocess
+
+    script = tmp_path / "plain.py"
+    script.write_text(text)
+    src = str(Path(mcu_npu.__file__).resolve().parents[1])
+    paths = [src, os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    return subprocess.run([sys.executable, "-W", "ignore", str(script)], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+@pytest.mark.xdist_group("grid")
+def test_a_plain_script_compares_in_worker_processes(tmp_path):
+    """The workers do not run the script again: each row compiled, the script's top level
+    ran once (before, each worker ran it, started the grid again and died: every row said
+    "the worker process died compiling this cell")."""
+    out = _run_script(tmp_path, f"""
+import mcu_npu
+print("top level", flush=True)
+grid = mcu_npu.compare({MODELS + ':tiny_mlp'!r}, targets=["corstone-300", "ethos-u85-256"],
+                       workers=2)
+for row in grid.rows:
+    print("row", row.target, row.ok, row.error, row.ops_on_npu, flush=True)
+""")
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines.count("top level") == 1, out.stdout
+    assert [line for line in lines if line.startswith("row")] == \
+        ["row corstone-300 True  3", "row ethos-u85-256 True  3"], out.stdout
+
+
+def test_a_plain_script_whose_factory_is_its_own_is_told_what_to_change(tmp_path):
+    """A factory defined in the script needs workers that run the script; it starting the
+    grid at its top level is refused before any worker starts, naming the line."""
+    out = _run_script(tmp_path, """
+import mcu_npu
+
+
+def factory():
+    raise AssertionError("no worker may start")
+
+
+grid = mcu_npu.compare(factory, targets=["corstone-300"], workers=2)
+""")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (
+        "mcu_npu.errors.ConfigError: factory is defined in the script being run, which each "
+        "worker process runs again to find it; the script starts this grid at its top level "
+        f"({tmp_path / 'plain.py'}:9), so each worker would start it again: put that call "
+        "under `if __name__ == \"__main__\":`, or move factory into a file of its own and "
+        "name the model as \"that_file.py:factory\"")
+
+
+def test_a_plain_script_named_as_its_own_factory_file_is_told_what_to_change(tmp_path):
+    out = _run_script(tmp_path, """
+import mcu_npu
+
+
+def factory():
+    raise AssertionError("no worker may start")
+
+
+grid = mcu_npu.compare("plain.py:factory", targets=["corstone-300"], workers=2)
+""")
+    assert out.returncode == 1
+    assert "ConfigError: factory is defined in the script being run" in out.stderr
+    assert f"at its top level ({tmp_path / 'plain.py'}:9)" in out.stderr
+
+
+@pytest.mark.xdist_group("grid")
+def test_a_factory_file_that_starts_a_grid_is_its_rows_error_not_a_pool_in_a_pool(tmp_path):
+    """The factory's file starts a grid when a worker imports it: the worker refuses it (a
+    grid in each worker, each with its own workers, would never end)."""
+    (tmp_path / "starts_a_grid.py").write_text(f"""
+import mcu_npu
+mcu_npu.compare({MODELS + ':tiny_mlp'!r}, targets=["corstone-300"], workers=1)
+
+
+def factory():
+    raise AssertionError("not reached")
+""")
+    grid = compare(str(tmp_path / "starts_a_grid.py") + ":factory", targets=["corstone-300"],
+                   workers=1, progress=False)
+    assert grid.rows[0].error == (
+        f"ConfigError: importing '{tmp_path / 'starts_a_grid.py'}' failed: a grid was started "
+        "inside a worker of another grid: the model factory's file starts one when imported; "
+        "put that call under `if __name__ == \"__main__\":`")

@@ -91,6 +91,13 @@ def _tensors(plan):
     return [v.val for v in plan.values if type(v.val).__name__ == "Tensor"]
 
 
+def _pool_arg(plan, k: int, value: int) -> None:
+    """The first item of argument ``k`` of the max pool call set to ``value`` (1 kernel_size,
+    2 stride, 3 padding, 4 dilation)."""
+    call = _calls(plan, "KernelCall", "aten::max_pool")[0]
+    plan.values[plan.values[call.args[k]].val.items[0]].val.int_val = value
+
+
 EDITS = {  # one structural fault each; ExecuTorch loads most of them and then misbehaves
     "op_index": lambda p: setattr(_calls(p, "KernelCall")[0], "op_index", 99),
     "op_index_negative": lambda p: setattr(_calls(p, "KernelCall")[0], "op_index", -1),
@@ -109,7 +116,45 @@ EDITS = {  # one structural fault each; ExecuTorch loads most of them and then m
         t for t in _tensors(p) if t.allocation_info).allocation_info, "memory_offset_low", 10**8),
     "memory_size": lambda p: p.non_const_buffer_sizes.__setitem__(-1, 4),
     "no_chain": lambda p: p.chains.clear(),
+    # argument values: ExecuTorch's portable max pool looped for minutes on the flipped
+    # kernel size, died of SIGFPE on the zero stride, ran the zero dilation
+    "pool_kernel_size_flipped": lambda p: _pool_arg(p, 1, 3 ^ (1 << 40)),
+    "pool_stride_zero": lambda p: _pool_arg(p, 2, 0),
+    "pool_padding_past_half_the_window": lambda p: _pool_arg(p, 3, 2),
+    "pool_dilation_zero": lambda p: _pool_arg(p, 4, 0),
+    "pool_window_past_the_input": lambda p: _pool_arg(p, 1, 7),
 }
+
+WINDOW_ERRORS = {
+    "pool_kernel_size_flipped": "passes kernel_size [1099511627779, 3] to "
+                                "aten::max_pool2d_with_indices.out, whose items must be 1 to "
+                                "1073741824",
+    "pool_stride_zero": "passes stride [0, 2] to aten::max_pool2d_with_indices.out, whose "
+                        "items must be 1 to 1073741824",
+    "pool_padding_past_half_the_window": "passes kernel_size [3, 3], stride [2, 2], padding "
+                                         "[2, 0] and dilation [1, 1] to "
+                                         "aten::max_pool2d_with_indices.out for an input of "
+                                         "sizes [1, 4, 4, 4]: along dim 2 the padding (2) must "
+                                         "be at most half the kernel size and the window "
+                                         "(spanning 3) give an output (it gives 3)",
+    "pool_dilation_zero": "passes dilation [0, 1] to aten::max_pool2d_with_indices.out, whose "
+                          "items must be 1 to 1073741824",
+    "pool_window_past_the_input": "passes kernel_size [7, 3], stride [2, 2], padding [0, 0] "
+                                  "and dilation [1, 1] to aten::max_pool2d_with_indices.out "
+                                  "for an input of sizes [1, 4, 4, 4]: along dim 2 the padding "
+                                  "(0) must be at most half the kernel size and the window "
+                                  "(spanning 7) give an output (it gives 0)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(WINDOW_ERRORS))
+def test_window_argument_values_out_of_range_are_refused_at_load(tiny, name):
+    """A kernel's window arguments decide its loop bounds: out of range, or a pooling window
+    that does not fit its padded input, the program is refused before it runs."""
+    prog, _ = tiny
+    with pytest.raises(InvalidProgramError) as caught:
+        mcu_npu.runtime.load(_edited(prog.buffer, EDITS[name]), prog.host_data)
+    assert str(caught.value) == f"method 'forward', instruction 3 {WINDOW_ERRORS[name]}"
 
 
 def test_a_kernel_call_past_the_operator_table_is_refused_in_both_runtimes(tiny, tmp_path):

@@ -309,3 +309,53 @@ def test_a_program_and_its_executorch_load_go_together():
     del fresh
     gc.collect()
     assert gone() is None and len(bridge._handles) == held - 1
+
+
+EXIT_SCRIPT = """
+import atexit, importlib, torch, mcu_npu
+
+
+def left():  # runs after mcu-npu's exit handler; the script holds no reference to the bridge
+    bridge = importlib.import_module("mcu_npu.runtime.executorch.bridge")
+    print("delegates left at exit:", len(bridge._handles), flush=True)
+
+
+atexit.register(left)
+
+
+class Net(torch.nn.Module):  # a convolution for the NPU, a pooling the runtime has no kernel for
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return torch.nn.functional.adaptive_max_pool2d(self.a(x), 2)
+
+
+torch.manual_seed(0)
+x = torch.randn(1, 3, 8, 8)
+progs = []
+for _ in range(2):
+    prog = mcu_npu.compile(Net().eval(), (x,), target="corstone-300", calibration=[(x,)])
+    prog.run(x, runtime="executorch")
+    progs.append(prog)
+print("ran", len(progs), flush=True)
+"""
+
+
+def test_a_script_holding_executorch_loads_exits_cleanly():
+    """Two programs loaded in ExecuTorch's runtime and held by the script to its end: at exit
+    their delegates are released while Python is whole, and nothing the interpreter destroys
+    while it finalises calls back into Python (that crashed the process: exit code -11)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(mcu_npu.__file__).resolve().parents[1])
+    paths = [src, os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    out = subprocess.run([sys.executable, "-X", "faulthandler", "-W", "ignore", "-c", EXIT_SCRIPT],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-3:] == ["ran 2", "delegates left at exit: 0", ""], out.stdout

@@ -28,6 +28,8 @@ from torch._subclasses.fake_tensor import (FakeTensor, FakeTensorMode,
 from torch.fx import Graph, GraphModule
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the ops read below)
+
 _qd = torch.ops.quantized_decomposed
 _QUANTIZE = {_qd.quantize_per_tensor.default, _qd.quantize_per_tensor.tensor,
              _qd.quantize_per_tensor.tensor2}

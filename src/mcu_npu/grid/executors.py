@@ -1,5 +1,6 @@
 """Running a grid's cells: in worker processes (``concurrent.futures.ProcessPoolExecutor``
-with the ``forkserver`` start method, the default), on a Ray cluster, on an executor the caller
+with the ``forkserver`` start method, the default; workers that do not run the main script
+again: ``main_script``), on a Ray cluster, on an executor the caller
 gives, or in this process. Each path hands ``cells.run_cell`` one cell at a time and yields
 ``(index, row)`` as each cell finishes, in whatever order they finish.
 
@@ -9,7 +10,6 @@ crashes is the one whose row says so."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
@@ -17,6 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator, Sequence
 
 from ..errors import ConfigError, first_line
+from . import main_script
 from .cells import Cell, Row, error_row, run_cell
 
 EXECUTORS = ("process", "ray", "serial")
@@ -71,14 +72,27 @@ PRELOADED = ["mcu_npu.api"]
 ExecuTorch (about 5 s of CPU that each spawned worker would spend again)."""
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
+def _pool(workers: int, with_main: bool = False) -> ProcessPoolExecutor:
     # forkserver: each worker is forked from a server process, a fresh interpreter that
     # imported the compiler and ran nothing; forking this process, whose torch thread
-    # pools may have started, can deadlock the child
-    context = multiprocessing.get_context("forkserver")
+    # pools may have started, can deadlock the child. The workers run the main script
+    # only ``with_main`` (a cell needs something defined in it)
+    context = main_script.context(with_main)
     context.set_forkserver_preload(PRELOADED)
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=share_cores,
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                initargs=(max(1, _cores() // workers),))
+
+
+_in_worker = False
+
+
+def _start_worker(threads: int) -> None:
+    """A pool worker's start: its share of the cores, and the mark that refuses a grid
+    started inside it (a factory's file that starts one when imported would otherwise
+    start pools within pools)."""
+    global _in_worker
+    _in_worker = True
+    share_cores(threads)
 
 
 def share_cores(threads: int) -> None:
@@ -94,8 +108,13 @@ def share_cores(threads: int) -> None:
 
 
 def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
+    if _in_worker:
+        raise ConfigError("a grid was started inside a worker of another grid: the model "
+                          "factory's file starts one when imported; put that call under "
+                          "`if __name__ == \"__main__\":`")
+    with_main = _check_main(cells)
     broken: list[int] = []
-    pool = _pool(workers)
+    pool = _pool(workers, with_main)
     try:
         futures = {pool.submit(run_cell, c): i for i, c in enumerate(cells)}
         for future in as_completed(futures):
@@ -107,7 +126,7 @@ def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
     finally:  # stopped early (an interrupt): the cells not started are not run
         pool.shutdown(wait=True, cancel_futures=True)
     for i in sorted(broken):  # each alone, so a crash is pinned on its own cell
-        with _pool(1) as pool:
+        with _pool(1, with_main) as pool:
             future = pool.submit(run_cell, cells[i])
             if isinstance(future.exception(), BrokenProcessPool):
                 yield i, error_row(cells[i], "the worker process died compiling this cell "
@@ -115,6 +134,29 @@ def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
                                    "`mcu-npu compile` to see it)")
             else:
                 yield i, _result(future, cells[i])
+
+
+def _check_main(cells) -> bool:
+    """Whether the workers must run the main script (a cell refers to something defined
+    in it); ConfigError saying what to change when the script starts this grid outside an
+    ``if __name__ == "__main__":`` block and the workers would run or import it (a factory
+    defined in it, or named as ``"that_script.py:factory"``), starting the grid again."""
+    names = main_script.main_names(cells)
+    in_file = main_script.main_file_factories([c.source for c in cells])
+    if not names and not in_file:
+        return False
+    where = main_script.unguarded_call()
+    if where is not None:
+        names = list(dict.fromkeys(names + in_file))
+        listed = ", ".join(names)
+        raise ConfigError(
+            f"{listed} {'is' if len(names) == 1 else 'are'} defined in the script being run, "
+            f"which each worker process runs again to find {'it' if len(names) == 1 else 'them'}"
+            f"; the script starts this grid at its top level ({where}), so each worker would "
+            f"start it again: put that call under `if __name__ == \"__main__\":`, or move "
+            f"{listed} into a file of {'its' if len(names) == 1 else 'their'} own and name "
+            f"the model as \"that_file.py:{names[0]}\"")
+    return bool(names)
 
 
 def import_ray():

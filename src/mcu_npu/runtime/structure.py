@@ -1,6 +1,8 @@
 """Structural validation of a deserialized program: every index a method holds (operators,
 values, delegates, data buffers, jump targets) points inside its table, every tensor's sizes,
-dim order and memory fit, before either runtime uses the program.
+dim order and memory fit, every kernel call's arguments are of its schema's kinds and the
+window values that bound a convolution's or pooling's loops are in range, before either
+runtime uses the program.
 
 ExecuTorch's C++ runtime trusts much of this (a kernel call past the operator table loads
 with a log line and crashes the process in ``execute``), so a program reaches it only
@@ -176,6 +178,75 @@ def _check_kernel_args(plan, call, where: str) -> None:
         if kinds is not None and got not in kinds:
             raise InvalidProgramError(f"{where} passes a {got} as argument {k} of {label}, "
                                       f"which takes {' or '.join(sorted(kinds))}")
+    _check_window_args(plan, call, schema, label, where)
+
+
+_LEAST = {"kernel_size": 1, "stride": 1, "dilation": 1, "padding": 0, "output_padding": 0}
+"""The least value of each item of the window arguments a convolution or pooling kernel
+takes (its loop bounds); the most is ``MAX_BYTES``."""
+
+
+def _check_window_args(plan, call, schema, label: str, where: str) -> None:
+    """The values of a kernel's window arguments (``kernel_size``, ``stride``, ``padding``,
+    ``dilation``, ``output_padding``) are in range, and a pooling window fits its padded
+    input: a damaged value makes a portable kernel loop for minutes (a flipped kernel size),
+    divide by zero (a zero stride) or read past its input (a negative one)."""
+    names = {a.name for a in schema.arguments}
+    if not {"stride", "padding"} <= names:  # not a convolution or pooling (as_strided's stride)
+        return
+    lists = {}
+    for arg, index in zip(schema.arguments, call.args):
+        val = plan.values[index].val
+        if arg.name in _LEAST and type(val).__name__ == "IntList":
+            items = [int(plan.values[i].val.int_val) for i in val.items]
+            least = _LEAST[arg.name]
+            if any(not least <= v <= MAX_BYTES for v in items):
+                raise InvalidProgramError(f"{where} passes {arg.name} {items} to {label}, "
+                                          f"whose items must be {least} to {MAX_BYTES}")
+            lists[arg.name] = items
+    kernel = lists.get("kernel_size")
+    if kernel and "pool" in label:
+        ceil = any(a.name == "ceil_mode" and type(plan.values[i].val).__name__ == "Bool" and
+                   plan.values[i].val.bool_val for a, i in zip(schema.arguments, call.args))
+        _check_pool_window(plan, call, lists, ceil, label, where)
+
+
+def _check_pool_window(plan, call, lists: dict, ceil: bool, label: str, where: str) -> None:
+    """A pooling's padding is at most half its kernel size, and its window gives at least
+    one output along each spatial dim of the input (PyTorch's output size, ``ceil`` mode
+    included), as PyTorch and ExecuTorch's portable kernels require."""
+    kernel = lists["kernel_size"]
+    tensor = next((plan.values[i].val for i in call.args
+                   if type(plan.values[i].val).__name__ == "Tensor"), None)
+    n = len(kernel)
+    sizes = [int(x) for x in tensor.sizes] if tensor is not None else []
+    if len(sizes) < n + 1:
+        raise InvalidProgramError(f"{where} passes a {n}-D kernel_size to {label} for an "
+                                  f"input of sizes {sizes}")
+    first = 1 if "nhwc" in label else len(sizes) - n
+    for name in ("stride", "padding", "dilation"):
+        if len(lists.get(name) or [0]) not in (1, n):
+            raise InvalidProgramError(f"{where} passes {name} {lists[name]} to {label} with "
+                                      f"a {n}-D kernel_size: it takes 1 or {n} items")
+
+    def item(name: str, d: int, default: int) -> int:
+        values = lists.get(name) or [default]
+        return values[d] if len(values) > 1 else values[0]
+
+    for d in range(n):
+        span = item("dilation", d, 1) * (kernel[d] - 1) + 1
+        pad, stride, size = item("padding", d, 0), item("stride", d, kernel[d]), sizes[first + d]
+        room = size + 2 * pad - span + (stride - 1 if ceil else 0)
+        outputs = room // stride + 1 if room >= 0 else 0
+        if ceil and outputs and (outputs - 1) * stride >= size + pad:
+            outputs -= 1  # the last window would start in the padding
+        if pad > kernel[d] // 2 or outputs < 1:
+            raise InvalidProgramError(
+                f"{where} passes kernel_size {kernel}, stride {lists.get('stride')}, padding "
+                f"{lists.get('padding')} and dilation {lists.get('dilation')} to {label} for "
+                f"an input of sizes {sizes}: along dim {first + d} the padding ({pad}) must "
+                f"be at most half the kernel size and the window (spanning {span}) give an "
+                f"output (it gives {outputs})")
 
 
 @functools.lru_cache(maxsize=None)

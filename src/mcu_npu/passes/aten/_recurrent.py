@@ -24,6 +24,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
 from mcu_npu.errors import UnsupportedModelError
+from mcu_npu.graph.fake_values import memo_of
 from mcu_npu.graph.schema import bind
 
 aten = torch.ops.aten
@@ -172,8 +173,6 @@ def fake_value(op: Callable, args: Sequence, kwargs: dict | None = None):
     mode = detect_fake_mode(flat)
     if mode is None:
         return None
-    from mcu_npu.graph.fake_values import memo_of  # reads the quantized ops, registered later
-
     with mode:
         return memo_of(mode).call(op, vals, kvals, lambda: op(*vals, **kvals))
 

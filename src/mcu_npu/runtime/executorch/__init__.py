@@ -49,8 +49,17 @@ class ExecutorchProgram:
             raise InvalidProgramError(f"ExecuTorch's runtime cannot load the program: "
                                       f"{type(exc).__name__}: {exc}") from exc
         self._methods: dict[str, object] = {}
+        bridge.opened(self)
+
+    def close(self) -> None:
+        """Release the loaded methods (their delegates) and then the program, now rather
+        than whenever the garbage collector gets to them; ``run`` then refuses."""
+        self._methods.clear()
+        self._et = None
 
     def _method(self, name: str):
+        if self._et is None:
+            raise ConfigError("this ExecuTorch load was closed (ExecutorchProgram.close)")
         if name not in self._methods:
             bridge.clear_error()
             try:

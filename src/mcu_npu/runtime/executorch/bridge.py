@@ -15,10 +15,12 @@ is the one given to ``payload_data`` while the program's methods load.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import itertools
 import math
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -238,6 +240,24 @@ def _kernel_cb(slot: int, n_args: int, args) -> int:
 _CALLBACKS = (_DESCRIBE(_guarded(_describe_cb, -1)), _NPU(_guarded(_npu_cb, -1)),
               _RELEASE(_guarded(_release_cb, None)), _KERNEL(_guarded(_kernel_cb, -1)))
 _lib: ctypes.CDLL | None = None
+_open: "weakref.WeakSet" = weakref.WeakSet()  # loads to close at exit (``opened``)
+
+
+def opened(load) -> None:
+    """Close ``load`` (an object with ``close()`` releasing its ExecuTorch program and
+    methods) at interpreter exit, before finalisation, if it is still alive then."""
+    _open.add(load)
+
+
+def _at_exit() -> None:
+    """Close the open loads while Python is whole (their delegates' ``destroy`` calls the
+    release callback), then detach the callbacks from the glue. A native object destroyed
+    later, while the interpreter finalises (its garbage cleared in any order, this module's
+    globals among it), must not call into Python: that crashed the process at exit."""
+    for load in list(_open):
+        load.close()
+    if _lib is not None:
+        _lib.mcu_npu_set_callbacks(_DESCRIBE(), _NPU(), _RELEASE(), _KERNEL())  # null pointers
 
 
 def glue() -> ctypes.CDLL:
@@ -261,6 +281,7 @@ def glue() -> ctypes.CDLL:
                                   f"{status:#x}): another library registered "
                                   f"{' or '.join(BACKENDS)} in this process")
     _lib = lib
+    atexit.register(_at_exit)
     return lib
 
 

@@ -198,6 +198,9 @@ class HostNpuBackend : public BackendInterface {
     (void)context;
     auto* handle = static_cast<Handle*>(opaque);
     g_last_error.clear();
+    if (g_npu == nullptr) {  // the host detached its callbacks (interpreter exit)
+      return refuse("the host's NPU callback is detached: the interpreter is exiting");
+    }
     return kind_ == kEthosU ? execute_ethos_u(*handle, args) : execute_neutron(*handle, args);
   }
 
