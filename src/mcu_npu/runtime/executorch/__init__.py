@@ -95,7 +95,9 @@ def reset_state(program: pte.Program) -> None:
     """The program loaded anew in ExecuTorch's runtime on its next run, its mutable buffers
     (a model's state) back at the values the program stores. A method loaded again from the
     same loaded program keeps the buffers' memory as the last run left it."""
-    _loaded.pop(program, None)
+    loaded = _loaded.pop(program, None)
+    if loaded is not None:
+        loaded.close()
 
 
 def in_dim_order(x, order: tuple[int, ...] | None):
