@@ -10,6 +10,7 @@ from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
 from ..passes.aten._recurrent import one_recompile
+from ..passes.guarded import run_passes
 from ..progress import counted
 from ..upstream.patches import (conv_bn_rewrites_where_they_match, graph_code_on_first_use,
                                 observer_names_in_linear_time, pattern_graphs_traced_once)
@@ -77,10 +78,7 @@ class NeutronQuantizer(Quantizer):
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         with one_recompile():  # the passes edit graphs only: their code is made once
-            for p in self.aten_passes:
-                result = p(model)
-                model = result.graph_module if result is not None else model
-        return model
+            return run_passes(self.aten_passes, model)  # one that fails is skipped
 
     def annotate(self, model: GraphModule) -> GraphModule:
         for node in model.graph.nodes:
