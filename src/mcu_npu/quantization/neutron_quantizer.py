@@ -7,9 +7,10 @@ from typing import Callable, Iterable
 
 import torch
 from torch.fx import GraphModule, Node
-from torchao.quantization.pt2e.quantizer import Quantizer
+from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
 
 from ..passes.aten._recurrent import one_recompile
+from ..passes.aten.keep_mixed_range_cat_float import MIXED_RANGE_KEY
 from ..passes.guarded import run_passes
 from ..progress import counted
 from ..upstream.patches import (conv_bn_rewrites_where_they_match, graph_code_on_first_use,
@@ -81,6 +82,9 @@ class NeutronQuantizer(Quantizer):
             return run_passes(self.aten_passes, model)  # one that fails is skipped
 
     def annotate(self, model: GraphModule) -> GraphModule:
+        for node in model.graph.nodes:
+            if node.meta.get(MIXED_RANGE_KEY) and "quantization_annotation" not in node.meta:
+                node.meta["quantization_annotation"] = QuantizationAnnotation(_annotated=True)
         for node in model.graph.nodes:
             if node.op != "call_function" or "quantization_annotation" in node.meta:
                 continue
