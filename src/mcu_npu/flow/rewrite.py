@@ -48,7 +48,8 @@ def default_aten_passes(target) -> list:
     resize a linear layer over its positions; last, layers that share a bias (the unrolled
     steps of a recurrent layer) each read it through a node of their own, so each gets its
     int32 bias in its own scale; an output concatenating scores in [0, 1] with boxes in
-    pixels is concatenated in float, so the scores keep their own int8 scale."""
+    pixels is left to be assembled in float from parts each in its own int8 scale (the
+    program then returns the parts: ``passes.edge.SplitMixedRangeOutputs``)."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
                               ConvertConstantIndexToSlices, ConvertDivToMul,
