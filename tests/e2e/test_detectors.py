@@ -107,10 +107,10 @@ def one_int8_tensor(y: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["yolov8", "yolov5"])
-def test_scores_concatenated_with_boxes_keep_their_precision(name):
+def test_scores_concatenated_with_boxes_keep_their_precision(name, tmp_path):
     """In one int8 tensor the scores of a boxes-and-scores output fall below 10 dB; split into
     program outputs of their own (one per range) they keep >= 25 dB, on the NPU, and ``run``
-    gives the model's one output."""
+    gives the model's one output (also read back from the saved program and companion)."""
     prog, figures = compiled(name, "corstone-320")
     model, example = DETECTORS[name](SIZE)
     calibration, tests = samples(example)
@@ -126,6 +126,8 @@ def test_scores_concatenated_with_boxes_keep_their_precision(name):
     got = prog.run(*tests[0])
     assert len(got) == 1 and got[0].shape == outs[0].shape
     assert len(prog.report.program_io["outputs"]) == 2, prog.report.program_io
+    loaded = mcu_npu.load(prog.save(tmp_path / "detector.pte"))
+    assert torch.equal(loaded.run(*tests[0])[0], got[0])
 
 
 @pytest.mark.slow
