@@ -147,7 +147,7 @@ class CompiledProgram:
             _records_the_host(runtime)
             return _record(self._program._program, inputs, self.report, etdump, debug_buffer,
                            bundled_input_index)
-        return self._program.run(*inputs, runtime=runtime)
+        return _assembled(self.report, self._program.run(*inputs, runtime=runtime))
 
     def reset_state(self) -> None:
         """Put the program's state (the buffers a stateful model writes in place, kept
@@ -359,7 +359,8 @@ class LoadedProgram:
                 _records_the_host(runtime)
                 return _record(self._program, inputs, self.report, etdump, debug_buffer,
                                bundled_input_index)
-            return run_with(runtime, self._program, inputs)
+            return _assembled(self._companion.report if self._companion is not None else None,
+                              run_with(runtime, self._program, inputs))
         except HostDataMissingError:
             if self._companion_name is None:
                 raise
@@ -443,6 +444,17 @@ def check_bundled(path_or_bytes, companion=None):
     from .devtools.bundled import check_file
 
     return check_file(path_or_bytes, companion)
+
+
+def _assembled(report: Report | None, outputs: list) -> list:
+    """The model's outputs from a program whose mixed-range outputs were split into parts
+    (``device.output_parts``); with int8 outputs the parts as the firmware reads them
+    (``dequantize_outputs`` dequantizes and assembles them)."""
+    if report is None or "assemble" in (report.io or {}):
+        return outputs
+    from .device.output_parts import assemble
+
+    return assemble((report.program_io or {}).get("assemble"), outputs)
 
 
 def _report_in_program(program) -> Report | None:

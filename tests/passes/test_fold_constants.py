@@ -314,3 +314,29 @@ def test_timm_models_with_constant_subgraphs_compile(name, cpu_ops):
     off = {o.op for o in prog.report.ops if not o.placement.startswith("NPU partition")}
     assert off <= cpu_ops, prog.report
     assert sqnr_holds(measured["host_sqnr"], measured["ref_sqnr"]), measured
+
+
+class StrideFill(nn.Module):
+    """A detector's stride tensor read out per level (``stride[i].item()``, as ``torch.full``
+    of a 0-d tensor traces) into a constant column multiplied onto the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("stride", torch.tensor([8.0, 16.0]))
+
+    def forward(self, x):
+        s = torch.cat([torch.full((3, 1), self.stride[i].item()) for i in range(2)])
+        return x * s.transpose(0, 1) + self.stride[1].item()
+
+
+def test_a_scalar_read_from_a_constant_is_a_number():
+    """``item`` of a constant is a number, so the ``full`` it fills folds and no node keeps a
+    data-dependent symbol (which every later fake propagation raised on)."""
+    gm = export_module(StrideFill(), (torch.randn(1, 6),))
+    assert aten.item.default in targets(gm)
+    gm, modified = fold(StrideFill(), torch.randn(1, 6))
+    assert modified
+    assert not {aten.item.default, aten.full.default, aten.select.int} & targets(gm), gm.graph
+    assert not any("unbacked_bindings" in n.meta for n in gm.graph.nodes)
+    (add,) = [n for n in gm.graph.nodes if n.target == aten.add.Tensor]
+    assert add.args[1] == 16.0

@@ -35,7 +35,8 @@ def quantize_inputs(io: dict, inputs) -> tuple[torch.Tensor, ...]:
 
 
 def dequantize_outputs(io: dict, outputs) -> list[torch.Tensor]:
-    """Dequantize each integer output with its reported parameters; the rest pass through."""
+    """Dequantize each integer output with its reported parameters; the rest pass through.
+    The parts of a split output (``io["assemble"]``) are put back together after."""
     specs = (io or {}).get("outputs", [])
     out = []
     for i, y in enumerate(outputs):
@@ -46,4 +47,8 @@ def dequantize_outputs(io: dict, outputs) -> list[torch.Tensor]:
         out.append(_quantized_decomposed().dequantize_per_tensor(
             y, spec["scale"], spec["zero_point"], spec["quant_min"], spec["quant_max"],
             getattr(torch, spec["dtype"])))
+    if (io or {}).get("assemble") and len(outputs) == len(specs):
+        from .output_parts import assemble
+
+        return assemble(io["assemble"], out)
     return out

@@ -10,11 +10,12 @@ from dataclasses import replace
 from ..backend.cortex_m import cortex_m_core, lower_to_cortex_m
 from ..backend.boundary import refused_calls
 from ..backend.delegate import compute_nodes, keep_interfaces_only, use_device_ids
-from ..errors import PartitionError, stage, stage_error
+from ..errors import McuNpuError, PartitionError, stage, stage_error
 from ..partition import NpuPartitioner
 from ..partition.plan import Plan, PlanOptions, plan_program
 from ..partition.support import Rejection, VerdictCategory
 from ..passes.edge import DecomposePortableLinear, RefreshStrides
+from ..passes.guarded import pass_failure
 from .place import exclude_hint
 
 DELEGATING = "delegating to the NPU"
@@ -54,9 +55,7 @@ def lower(edge, plan: Plan, target=None):
     ops run as portable kernels; the report gives each such node the error as its reason.
     A linear layer left to the portable kernels becomes the ops they have
     (``DecomposePortableLinear``)."""
-    with stage(DELEGATING, exclude_hint):
-        for method in edge.methods:
-            RefreshStrides()(edge.exported_program(method))
+    plan = _strides_refreshed(edge, plan)
     while True:
         with stage(DELEGATING, exclude_hint):
             try:
@@ -92,6 +91,23 @@ def lower(edge, plan: Plan, target=None):
             DecomposePortableLinear()(edge.exported_program(method))
             use_device_ids(edge.exported_program(method))
     return edge, plan
+
+
+def _strides_refreshed(edge, plan: Plan) -> Plan:
+    """``RefreshStrides`` on every method; where it fails, ``plan`` made again with every
+    compute node on the CPU (a partition converted from stale strides could read its input
+    transposed), the failure as their reason."""
+    try:
+        for method in edge.methods:
+            RefreshStrides()(edge.exported_program(method))
+    except McuNpuError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (fake propagation raises any type)
+        why = Rejection(pass_failure("RefreshStrides", exc).replace(
+            "the compile went on without its rewrite", "no op goes to the NPU"),
+            VerdictCategory.CONVERSION)
+        return _replanned(edge, plan, {n.node: why for n in plan.nodes})
+    return plan
 
 
 def refused_partitions(edge, kind) -> dict[str, Rejection]:

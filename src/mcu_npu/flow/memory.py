@@ -36,6 +36,7 @@ from ..report.memory import memory_report
 from ..targets import Target
 from .int8_io import int8_io
 from .lower import lower
+from .output_parts import record_split, split_outputs
 from .report import op_facts, write_report
 from .serialize import serialize
 from .state import state_as_buffers
@@ -84,10 +85,12 @@ def lower_placed(edge, decided: Plan, target: Target, io, precision, choice) -> 
     """``edge`` lowered, given int8 I/O, reported and serialized for ``target`` (placed)."""
     facts = op_facts(edge)  # before lowering: the delegates keep only their interfaces
     edge, decided = lower(edge, replace(decided, target=target), target)
-    state = state_as_buffers(edge, getattr(io, "state", None))
+    state = state_as_buffers(edge, getattr(io, "state", None))  # before the outputs split
+    split = split_outputs(edge)
     edge, io_params = int8_io(edge, io)
     report = write_report(decided, edge, target, io_params, precision, choice, facts)
     report.state = state.as_dicts() if state else []
+    record_split(report, split)
     buffer, host_data, debug = serialize(edge)
     with stage("checking the program against the target's memory"):
         memory = memory_report(buffer, target, report)

@@ -47,7 +47,9 @@ def default_aten_passes(target) -> list:
     absorbs becomes a depthwise convolution, and a resize of a small map that the NPU cannot
     resize a linear layer over its positions; last, layers that share a bias (the unrolled
     steps of a recurrent layer) each read it through a node of their own, so each gets its
-    int32 bias in its own scale."""
+    int32 bias in its own scale; an output concatenating scores in [0, 1] with boxes in
+    pixels is left to be assembled in float from parts each in its own int8 scale (the
+    program then returns the parts: ``passes.edge.SplitMixedRangeOutputs``)."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
                               ConvertConstantIndexToSlices, ConvertDivToMul,
@@ -61,6 +63,7 @@ def default_aten_passes(target) -> list:
                               FoldLinearOfZeros, FoldSelectOfCat, InlineDisabledAutocast,
                               LinearOfActivations, MakeConvPaddingExplicit,
                               SaturateAttentionMask, SplitSharedBiases, StackByConcat)
+    from ..passes.aten.keep_mixed_range_cat_float import KeepMixedRangeCatFloat
 
     return [InlineDisabledAutocast(), MakeConvPaddingExplicit(), ConvertUpsample1dTo2d(),
             AddBatchDimension(), ConvertPoolingTo2d(),
@@ -72,4 +75,5 @@ def default_aten_passes(target) -> list:
             ConvertConstantIndexToSlices(), ConvertPadModeToSlices(), ConvertRepeatToCat(),
             StackByConcat(), DecomposeUnbind(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeRoots(), DecomposeReshape(),
-            ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target), SplitSharedBiases()]
+            ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target), SplitSharedBiases(),
+            KeepMixedRangeCatFloat()]

@@ -12,6 +12,8 @@ import torch
 from torch.fx import GraphModule
 
 from ..graph.module_names import module_meta, restore_module_meta
+from ..passes.aten.keep_mixed_range_cat_float import NOTES_KEY
+from ..passes.guarded import failures as pass_failures
 from ..partition.plan import Plan
 from ..quantization.calibration import DEFAULT
 from ..quantization.pinned_inputs import pinned
@@ -115,6 +117,8 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
     placed = place(quantized.edge, decided, args.target, args.memory, args.program_io,
                    precision, quantized.choice)
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
+    report.notes += [n for n in pass_failures(graph) + graph.meta.get(NOTES_KEY, [])
+                     if n not in report.notes]
     record_calibration(report, quantized.reference, "qat" if train_fn else calibration_method)
     program = check_program(buffer, host_data, report, placed.target, placed.decided,
                             placed.edge, deployable, strict, stacklevel + 1, placed.memory)

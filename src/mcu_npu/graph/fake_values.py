@@ -49,6 +49,16 @@ def propagate(gm: GraphModule | Graph, mode: FakeTensorMode, *inputs: FakeTensor
     return _Memoized(gm, mode).propagate_dont_convert_inputs(*inputs)
 
 
+def forget_pending_symbols(mode: FakeTensorMode) -> None:
+    """Drop the data-dependent symbols (an ``item``'s value) that an earlier computation made
+    and never bound to a node: the propagation binds those its node makes, and raises
+    (``PendingUnbackedSymbolNotFound``) on any left from before, which no node of its own
+    returns."""
+    env = getattr(mode, "shape_env", None)
+    if env is not None and env.pending_fresh_unbacked_symbols:
+        env.pending_fresh_unbacked_symbols.clear()
+
+
 def output_dtype(op, args: tuple, kwargs: dict) -> torch.dtype | None:
     """The dtype a per-tensor quantize or dequantize call makes of a contiguous input of the
     dtype it takes, None for any other call or input."""
@@ -65,6 +75,10 @@ def output_dtype(op, args: tuple, kwargs: dict) -> torch.dtype | None:
 
 
 class _Propagation(FakeTensorProp):
+    def run_node(self, n):
+        forget_pending_symbols(self._mode)
+        return super().run_node(n)
+
     def call_function(self, target, args, kwargs):
         dtype = output_dtype(target, args, kwargs)
         if dtype is None:

@@ -7,9 +7,11 @@ from typing import Callable, Iterable
 
 import torch
 from torch.fx import GraphModule, Node
-from torchao.quantization.pt2e.quantizer import Quantizer
+from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
 
 from ..passes.aten._recurrent import one_recompile
+from ..passes.aten.keep_mixed_range_cat_float import MIXED_RANGE_KEY
+from ..passes.guarded import run_passes
 from ..progress import counted
 from ..upstream.patches import (conv_bn_rewrites_where_they_match, graph_code_on_first_use,
                                 observer_names_in_linear_time, pattern_graphs_traced_once)
@@ -78,12 +80,12 @@ class NeutronQuantizer(Quantizer):
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         with one_recompile():  # the passes edit graphs only: their code is made once
-            for p in self.aten_passes:
-                result = p(model)
-                model = result.graph_module if result is not None else model
-        return model
+            return run_passes(self.aten_passes, model)  # one that fails is skipped
 
     def annotate(self, model: GraphModule) -> GraphModule:
+        for node in model.graph.nodes:
+            if node.meta.get(MIXED_RANGE_KEY) and "quantization_annotation" not in node.meta:
+                node.meta["quantization_annotation"] = QuantizationAnnotation(_annotated=True)
         for node in model.graph.nodes:
             if node.op != "call_function" or "quantization_annotation" in node.meta:
                 continue

@@ -31,6 +31,10 @@ its functional form, read by every later reader of that tensor, so it folds like
 reductions (``any``, ``all``), comparisons (``eq``) and ``expand`` of constants fold like any
 other op, so a mask built from a constant padding mask is one constant.
 
+A scalar read out of a constant (``stride[i].item()``, as a detector's anchor grid reads its
+stride buffer into ``full``) is a constant too: its readers get the number itself. Left in,
+it is a data-dependent symbol that every later propagation of fake values trips on.
+
 Not folded: random ops; ops that mutate an input (in place, or a training-mode batch norm
 that updates its running statistics) and whatever reads an attribute they mutate; ops outside
 the ``aten`` namespace (quantize / dequantize, custom ops); uninitialised ``empty`` tensors;
@@ -57,6 +61,9 @@ from mcu_npu.graph.schema import bind
 from mcu_npu.passes.aten._recurrent import STATE_KEY, finish
 
 aten = torch.ops.aten
+
+_SCALARS = {aten.item, aten._local_scalar_dense}
+"""Ops reading a tensor's one element out as a Python number."""
 
 MAX_ELEMENTS = 1 << 18
 MAX_GROWTH = 4
@@ -96,6 +103,12 @@ class FoldConstants(PassBase):
                                  if isinstance(n.meta.get("val"), torch.Tensor)])
         modified = functionalized
         for node in list(values):
+            if node.op == "call_function" and _scalar(node) and \
+                    not all(u in values for u in node.users):
+                for user in [u for u in node.users if u not in values]:
+                    user.replace_input_with(node, values[node])
+                modified = True
+                continue
             if node.op != "call_function" or all(u in values for u in node.users) or \
                     _filled(node) or not isinstance(values[node], torch.Tensor):
                 continue  # read only by constants, a filled tensor, or not a tensor
@@ -184,6 +197,8 @@ def _foldable(node: Node, values: dict) -> bool:
         return False
     if node.target is operator.getitem:
         return True
+    if _scalar(node):
+        return True
     op = node.target
     if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten" or \
             (op._schema.is_mutable and op.overloadpacket not in _VALUE_PRESERVING) or \
@@ -196,6 +211,11 @@ def _foldable(node: Node, values: dict) -> bool:
     inputs = sum(values[n].numel() for n in node.all_input_nodes
                  if isinstance(values[n], torch.Tensor))
     return size <= max(MAX_ELEMENTS, MAX_GROWTH * inputs)
+
+
+def _scalar(node: Node) -> bool:
+    """A read of a tensor's element as a number (``item``)."""
+    return getattr(node.target, "overloadpacket", None) in _SCALARS
 
 
 def _filled(node: Node) -> bool:
@@ -229,6 +249,8 @@ def _evaluate(node: Node, values: dict):
             value = node.target(*args, **kwargs)
     except Exception:  # an op that only runs on another device or under tracing: left as is
         return None
+    if _scalar(node):
+        return value if isinstance(value, (bool, int, float)) else None
     return pytree.tree_map_only(torch.Tensor, lambda t: t.detach(), value)
 
 
