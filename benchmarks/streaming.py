@@ -19,6 +19,11 @@ compiled per target (calibrated on the first 64 frames of the stream), it prints
   time of one window, its SQNR over 8 windows), what a non-streaming deployment runs each
   time it decides.
 
+``--drift N`` runs the GRU keyword spotter's stream for N calls on corstone-300 (host runtime)
+and prints its SQNR against the float sequence model per 1,000-call window, and a delay
+ring's count of frames that come out, after four trips round the ring's loop, as exactly the
+int8 value that went in: a state requantized on its way round would drift.
+
 Random weights and inputs (N(0, 1) features): the figures show fidelity and cost, not
 accuracy on speech. Latencies are the compiler's estimates (Vela's cycles on Ethos-U, MACs
 at the peak for Neutron), not measurements.
@@ -73,13 +78,66 @@ def sequence_row(model, features: int, target: str) -> dict:
             "us": s.get("latency_us"), "sqnr": s.get("sqnr_db")}
 
 
+class _DelayRing(torch.nn.Module):
+    def __init__(self, channels=10, length=4):
+        super().__init__()
+        self.register_buffer("ring", torch.zeros(1, channels, length))
+
+    def forward(self, x):
+        window = torch.cat([self.ring, x], dim=2)
+        self.ring.copy_(window[:, :, 1:])
+        return window[:, :, :1]
+
+
+def drift(calls: int) -> None:
+    """The state over a long stream: windowed SQNR of a GRU stream, exactness of a ring."""
+    model = gru_kws()
+    (sequence,) = example_sequence(features=10, frames=calls, seed=5)
+    stream = mcu_npu.streaming(model, (sequence[..., :WINDOW],))
+    frames = [(f,) for f in stream.frames(sequence)]
+    stream.reset_state()
+    prog = mcu_npu.compile(copy.deepcopy(stream), frames[0], target="corstone-300",
+                           calibration=frames[:CALIBRATION], progress=False)
+    run = prog._runtime().run
+    floats, hosts = [], []
+    with torch.no_grad():
+        for f in frames:
+            floats.append(stream(*f))
+            hosts.append(run(*f)[0])
+    window = 1000
+    figures = [sqnr_db(torch.cat(floats[a:a + window]).flatten(),
+                       torch.cat(hosts[a:a + window]).flatten())
+               for a in range(0, calls - window + 1, window)]
+    print(f"GRU stream, {calls:,} calls, SQNR per {window:,}-call window (dB): "
+          + " ".join(f"{x:.2f}" for x in figures))
+    ring = _DelayRing()
+    prog = mcu_npu.compile(ring, frames[0], target="corstone-300",
+                           calibration=frames[:CALIBRATION], progress=False)
+    (state,) = prog.report.state
+    run, exact = prog._runtime().run, 0
+    for t, (x,) in enumerate(frames):
+        out = run(x)[0]
+        if t >= 4:
+            q = torch.clamp(torch.round(frames[t - 4][0].double() / state["scale"])
+                            + state["zero_point"], -128, 127)
+            exact += bool(torch.allclose(out.double(), (q - state["zero_point"])
+                                         * state["scale"], rtol=0, atol=1e-6))
+    print(f"delay ring ({state['dtype']} state, 4 frames): {exact:,} of {calls - 4:,} frames "
+          f"came out as the int8 value that went in")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=1000)
     parser.add_argument("--targets", default="corstone-300,corstone-320,imxrt700")
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--drift", type=int, metavar="N",
+                        help="instead: the state over an N-call stream")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
+    if args.drift:
+        drift(args.drift)
+        return 0
     head = (f"{'model':<14} {'target':<13} | {'stream ops':>10} {'parts':>5} {'us/call':>8} "
             f"{'state B':>7} {'SQNR dB':>7} {'CPU s':>6} | {'seq ops':>9} {'parts':>5} "
             f"{'us/window':>9} {'SQNR dB':>7}")

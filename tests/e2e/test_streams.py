@@ -186,3 +186,34 @@ def test_a_sequence_model_runs_as_its_stream(make, target):
     # sequence model frame by frame, so the same figure holds against the sequence model
     assert sqnr_db(torch.cat(want).flatten(), torch.cat(got).flatten()) == \
         pytest.approx(acc["sqnr_db"], abs=0.05)
+
+
+def test_the_report_gives_a_streams_cost_against_its_frame_period():
+    torch.manual_seed(0)
+    cls, shape = BUFFERED["ring_conv"]
+    model = cls().eval()
+    stream = frames(shape, 16)
+    prog = _compile(model, stream, "corstone-300", frame_period_ms=10)
+    budget = prog.report.stream
+    assert budget["per_call_us"] == prog.report.latency["latency_us"]
+    assert budget["state_bytes"] == 16 and budget["frame_period_ms"] == 10.0
+    assert budget["margin_us"] == pytest.approx(10_000 - budget["per_call_us"], abs=1e-3)
+    assert budget["real_time"] and prog.report.summary["realtime_margin_us"] == \
+        budget["margin_us"]
+    text = str(prog.report)
+    assert "state 16 B kept between calls; at one call every 10 ms a call fits" in text
+    assert any(line.split()[:5] == ["ring", "(1,", "8,", "2)", "int8"] for line in text.splitlines())
+    assert 'id="state"' in prog.report.to_html()
+    grid = mcu_npu.compare(model, stream[0], targets=["corstone-300"], calibration=stream,
+                           frame_period_ms=10, progress=False)
+    (row,) = grid.rows
+    assert row.state_bytes == 16 and row.realtime_margin_us == budget["margin_us"]
+    assert "rt margin us" in str(grid) and "state B" in str(grid)
+
+
+@pytest.mark.parametrize("period", [0, -5, float("inf"), "10", True])
+def test_a_frame_period_must_be_a_positive_number(period):
+    cls, shape = BUFFERED["ring_conv"]
+    with pytest.raises(mcu_npu.ConfigError, match="frame_period_ms must be a positive"):
+        mcu_npu.compile(cls().eval(), frames(shape, 1)[0], target="corstone-300",
+                        frame_period_ms=period, progress=False)
