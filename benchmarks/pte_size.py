@@ -8,7 +8,8 @@ Run::
         --targets ethos-u85-256 --samples 4 --json out.json
 
 Models (``--set``): ``mlperf``, the four MLPerf Tiny models of ``mcu_npu.models.mlperf_tiny``;
-``independent``, the same four written as a user would (``tiny_models.py``); ``both``.
+``independent``, the same four written as a user would (``tiny_models.py``); ``both``;
+``softmax``, the six classifiers of both ending in a softmax (``name+softmax``); ``all``.
 Targets ``ethos-u55-128`` and ``ethos-u85-256``. Both flows get the same weights and the same
 ``--samples`` calibration samples, the same Vela, and run each compile in a fresh process,
 one at a time (as ``ethos_u.py``, whose helpers this reuses):
@@ -63,12 +64,31 @@ import torch  # noqa: E402
 import tiny_models  # noqa: E402
 from ethos_u import MLPERF, TARGETS, build_model, calibration_set  # noqa: E402
 
+SOFTMAX = "+softmax"
 SETS = {"mlperf": tuple(MLPERF), "independent": tuple(tiny_models.MODELS)}
+SETS["softmax"] = tuple(n + SOFTMAX for n in SETS["mlperf"] + SETS["independent"]
+                        if "autoencoder" not in n)
 SETS["both"] = SETS["mlperf"] + SETS["independent"]
+SETS["all"] = SETS["both"] + SETS["softmax"]
+
+
+class WithSoftmax(torch.nn.Module):
+    """A classifier ending in ``softmax`` over its classes, as MLPerf Tiny's references do."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *x):
+        return torch.softmax(self.model(*x), dim=-1)
 
 
 def build(name: str):
-    """(model, example_inputs) of a model of either set."""
+    """(model, example_inputs) of a model of any set (``name+softmax``: with a final
+    softmax)."""
+    if name.endswith(SOFTMAX):
+        model, example = build(name.removesuffix(SOFTMAX))
+        return WithSoftmax(model).eval(), example
     if name in tiny_models.MODELS:
         return tiny_models.MODELS[name]()
     return build_model(name)
@@ -317,7 +337,7 @@ def print_ratios(results: dict) -> None:
     print(fmt.format("model", "set", *targets))
     worst: dict = {}
     for name in dict.fromkeys(n for n, _ in results):
-        group = next(k for k, v in SETS.items() if k != "both" and name in v)
+        group = next(k for k, v in SETS.items() if k not in ("both", "all") and name in v)
         cells = []
         for t in targets:
             o, u = results.get((name, t), ({}, {}))
@@ -341,8 +361,9 @@ def main(argv=None) -> int:
         return worker_main(*argv[1:5])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", default="mlperf", choices=sorted(SETS),
-                    help="model set: mlperf (mcu_npu.models), independent (tiny_models.py), both")
-    ap.add_argument("--models", nargs="+", default=None, choices=SETS["both"],
+                    help="model set: mlperf (mcu_npu.models), independent (tiny_models.py), both, "
+                         "softmax (the classifiers + a final softmax), all")
+    ap.add_argument("--models", nargs="+", default=None, choices=SETS["all"],
                     help="models to compile (default: the whole --set)")
     ap.add_argument("--targets", nargs="+", default=list(TARGETS))
     ap.add_argument("--samples", type=int, default=16, help="calibration samples")

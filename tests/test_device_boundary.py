@@ -204,3 +204,99 @@ def test_time_series_transformer_runs_in_both_runtimes_within_contract(series_pr
     assert sqnr_holds(sqnr_db(floats, got), sqnr_db(floats, refs))
     s = prog.report.summary
     assert (s["ops_on_npu"], s["partitions"]) == (s["ops_total"], 1)
+
+
+# --- a boundary the Cortex-M lowering breaks after delegation ------------------------------------
+def test_a_call_the_cortex_m_lowering_leaves_refused_moves_to_the_cpu(monkeypatch):
+    """The delegated program is checked again after the Cortex-M lowering: a partition input
+    that lowering leaves float (it dropped the quantize before it) moves the partition to
+    the CPU with the reason, and the program compiles instead of failing its own check."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    from mcu_npu.flow import lower
+
+    cortex_m = lower.lower_to_cortex_m
+    quantize = exir_ops.edge.quantized_decomposed.quantize_per_tensor.default
+
+    def dropping_the_quantize(edge, core):
+        for method in edge.methods:
+            graph = edge.exported_program(method).graph
+            for node in list(graph.nodes):
+                if node.target == quantize and any(
+                        "executorch_call_delegate" in str(u.target) for u in node.users):
+                    node.replace_all_uses_with(node.args[0])
+                    graph.erase_node(node)
+        return cortex_m(edge, core)
+
+    monkeypatch.setattr(lower, "lower_to_cortex_m", dropping_the_quantize)
+    prog, samples = _compile()
+    assert prog.report.summary["ops_on_npu"] == 0
+    reasons = [op.reason for op in prog.report.ops if op.op == "aten.convolution"]
+    assert reasons and all("the device runtime would refuse its partition: Ethos-U input 0 "
+                           "is torch.float32 for a 1-byte NPU input" in r for r in reasons)
+    assert io_problems_of(Program(prog.buffer, prog.host_data)) == []
+    assert torch.equal(prog.run(*samples[1])[0],
+                       prog.run(*samples[1], runtime="executorch")[0])
+
+
+# --- tensors made from an input's shape alone ----------------------------------------------------
+class ScaledPatchTransformer(nn.Module):
+    """PatchTST's shape: a scaler around the network (HF transformers' NOP scaler: ``scale``
+    and ``loc`` are means of ``ones_like`` / ``zeros_like`` of the input), the series cut into
+    patches by ``unfold``, a linear patch embedding plus a learned positional parameter, an
+    encoder layer, a flatten head, the scaling undone on the forecast. ``spelling`` picks how
+    the shape-only tensors are made."""
+
+    def __init__(self, spelling, channels=2, length=32, patch=8, width=16, horizon=4):
+        super().__init__()
+        self.spelling, self.patch = spelling, patch
+        self.embed = nn.Linear(patch, width)
+        self.pos = nn.Parameter(torch.randn(1, length // patch, width) * 0.2)
+        self.encoder = nn.TransformerEncoderLayer(width, 2, 2 * width, dropout=0.0,
+                                                  batch_first=True)
+        self.head = nn.Linear(length // patch * width, horizon)
+
+    def forward(self, x):  # [B, L, C]
+        b, length, c = x.shape
+        if self.spelling == "like":
+            scale = torch.ones_like(x).mean(1, keepdim=True)
+            loc = torch.zeros_like(x).mean(1, keepdim=True)
+        elif self.spelling == "new":
+            scale = x.new_ones((b, 1, c)) * 2.0
+            loc = x.new_zeros((b, 1, c))
+        else:  # full_like, read as it is
+            scale = torch.full_like(x[:, :1], 2.0)
+            loc = torch.full_like(x[:, :1], 0.5)
+        z = ((x - loc) / scale).permute(0, 2, 1).reshape(b * c, length)
+        z = self.embed(z.unfold(-1, self.patch, self.patch)) + self.pos
+        y = self.head(self.encoder(z).flatten(1)).reshape(b, c, -1).permute(0, 2, 1)
+        return y * scale + loc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spelling, target", [("like", "corstone-300"),
+                                              ("new", "corstone-320"),
+                                              ("full_like", "imxrt700"),
+                                              ("full_like", "corstone-300")])
+def test_shape_only_tensors_compile_within_the_device_rules_and_contract(spelling, target):
+    """Each spelling compiled: before, ExecuTorch's Cortex-M lowering dropped the quantize
+    after the CPU's ``ones_like`` and the program's own check failed ('Ethos-U input 1 is
+    torch.float32 for a 1-byte NPU input'). Now the tensors are constants (no op makes them at
+    run time), the device rules hold, the numerics contract holds."""
+    torch.manual_seed(0)
+    model = ScaledPatchTransformer(spelling).eval()
+    samples = _samples((1, 32, 2), n=16, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = mcu_npu.compile(model, samples[0], target=target, calibration=samples[:8])
+    assert io_problems_of(Program(prog.buffer, prog.host_data)) == []
+    made_at_run_time = [op.op for op in prog.report.ops if "_like" in op.op or "new_" in op.op]
+    assert made_at_run_time == []
+    assert prog.report.summary["ops_on_npu"] >= 30  # the encoder and head, one partition
+    tests = samples[8:]
+    host = [prog.run(*t) for t in tests]
+    with torch.no_grad():
+        floats = torch.cat([model(*t).flatten() for t in tests])
+        refs = torch.cat([run_exact(prog.reference, *t).flatten().float() for t in tests])
+    got = torch.cat([h[0].flatten() for h in host])
+    assert sqnr_holds(sqnr_db(floats, got), sqnr_db(floats, refs))

@@ -146,6 +146,11 @@ def backend_for(kind: NpuKind) -> type[BackendDetails]:
         raise ConfigError(f"no mcu-npu backend for a {kind} NPU") from None
 
 
+COMPUTE_NODES = "mcu_npu_compute_nodes"
+"""The key of a lowered module's ``meta`` naming its partition's compute nodes, kept when its
+graph is replaced by its interface (``keep_interfaces_only``)."""
+
+
 def compute_nodes(partition: ExportedProgram) -> tuple[str, ...]:
     """Names of the compute nodes of a partition (its calls other than quantize, dequantize
     and tuple access): the nodes of the delegating program they were cut from."""
@@ -191,12 +196,15 @@ def keep_interfaces_only(exported_program: ExportedProgram) -> None:
     delegate call (shape propagation, every pass of ``to_executorch``) and deep-copies it
     with the program; for an unrolled recurrent network that is thousands of nodes each
     time. The payload is already built, so only the interface matters. The delegate's
-    debug-handle map stays: it is the lowered module's metadata, not its graph's.
+    debug-handle map stays: it is the lowered module's metadata, not its graph's, and so do
+    the names of the partition's compute nodes (``COMPUTE_NODES``), to move it to the CPU
+    should a later lowering leave its call one the device refuses.
     """
     for module in exported_program.graph_module.modules():
         if not isinstance(module, LoweredBackendModule):
             continue
         original = module.original_module
+        module.meta = {**(module.meta or {}), COMPUTE_NODES: compute_nodes(original)}
         out = original.graph.output_node().args[0]
         as_tuple = isinstance(out, (list, tuple))
         vals = [n.meta["val"] for n in (out if as_tuple else [out])]

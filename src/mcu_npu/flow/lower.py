@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from ..backend.cortex_m import cortex_m_core, lower_to_cortex_m
 from ..backend.boundary import refused_calls
-from ..backend.delegate import compute_nodes, keep_interfaces_only, use_device_ids
+from ..backend.delegate import (COMPUTE_NODES, compute_nodes, keep_interfaces_only,
+                                use_device_ids)
 from ..errors import McuNpuError, PartitionError, stage, stage_error
 from ..partition import NpuPartitioner
 from ..partition.plan import Plan, PlanOptions, plan_program
@@ -57,6 +58,38 @@ def lower(edge, plan: Plan, target=None):
     (``DecomposePortableLinear``)."""
     plan = _strides_refreshed(edge, plan)
     while True:
+        lowered, plan = _delegated(edge, plan)
+        core = cortex_m_core(target) if target is not None else None
+        if core is not None:
+            with stage("lowering to the Cortex-M kernels", cpu_hint):
+                before = copy.deepcopy(lowered)
+                try:
+                    lowered = lower_to_cortex_m(lowered, core)
+                except Exception as exc:  # noqa: BLE001  (ExecuTorch's passes raise any type)
+                    why = stage_error("lowering to the Cortex-M kernels", exc)
+                    lowered, plan = before, _all_portable(plan, str(why).splitlines()[0])
+            # The Cortex-M lowering rewrites the CPU ops around the partitions (it drops a
+            # quantize it takes for a constant's): a call it leaves the device refusing
+            # moves its partition to the CPU, as one refused before it does.
+            with stage(DELEGATING, exclude_hint):
+                refused = refused_partitions(lowered, plan.target.npu.kind)
+                if refused:
+                    plan = _moved(edge, plan, refused)
+                    continue
+        break
+    edge = lowered
+    with stage(DELEGATING):
+        for method in edge.methods:
+            DecomposePortableLinear()(edge.exported_program(method))
+            use_device_ids(edge.exported_program(method))
+    return edge, plan
+
+
+def _delegated(edge, plan: Plan):
+    """(``edge`` with the NPU partitions of ``plan`` delegated, only their interfaces kept;
+    the plan they settled on): a partition the NPU compiler fails on, or whose call the
+    device runtime would refuse, is planned again on the CPU."""
+    while True:
         with stage(DELEGATING, exclude_hint):
             try:
                 delegated = edge.to_backend(NpuPartitioner(plan=plan))
@@ -70,27 +103,19 @@ def lower(edge, plan: Plan, target=None):
             refused = refused_partitions(delegated, plan.target.npu.kind)
             if not refused:
                 break
-            if set(refused) <= set(plan.compiler_rejections):  # nothing left to move
-                raise RuntimeError(next(iter(refused.values())).reason)
-            plan = _replanned(edge, plan, refused)
-    edge = delegated
+            plan = _moved(edge, plan, refused)
     with stage(DELEGATING, exclude_hint):
-        for method in edge.methods:
-            keep_interfaces_only(edge.exported_program(method))
-    core = cortex_m_core(target) if target is not None else None
-    if core is not None:
-        with stage("lowering to the Cortex-M kernels", cpu_hint):
-            before = copy.deepcopy(edge)
-            try:
-                edge = lower_to_cortex_m(edge, core)
-            except Exception as exc:  # noqa: BLE001  (ExecuTorch's passes raise any type)
-                why = stage_error("lowering to the Cortex-M kernels", exc)
-                edge, plan = before, _all_portable(plan, str(why).splitlines()[0])
-    with stage(DELEGATING):
-        for method in edge.methods:
-            DecomposePortableLinear()(edge.exported_program(method))
-            use_device_ids(edge.exported_program(method))
-    return edge, plan
+        for method in delegated.methods:
+            keep_interfaces_only(delegated.exported_program(method))
+    return delegated, plan
+
+
+def _moved(edge, plan: Plan, refused: dict[str, Rejection]) -> Plan:
+    """``plan`` made again with the nodes of the ``refused`` partitions on the CPU; raises
+    when they are there already (nothing left to move)."""
+    if set(refused) <= set(plan.compiler_rejections):
+        raise RuntimeError(next(iter(refused.values())).reason)
+    return _replanned(edge, plan, refused)
 
 
 def _strides_refreshed(edge, plan: Plan) -> Plan:
@@ -120,8 +145,9 @@ def refused_partitions(edge, kind) -> dict[str, Rejection]:
         for lowered, problems in refused_calls(edge.exported_program(method), kind):
             why = Rejection(f"the device runtime would refuse its partition: {problems[0]}",
                             VerdictCategory.CONVERSION)
-            found.update({n: why for n in compute_nodes(lowered.original_module)
-                          or (lowered.backend_id,)})
+            names = ((lowered.meta or {}).get(COMPUTE_NODES)
+                     or compute_nodes(lowered.original_module))
+            found.update({n: why for n in names or (lowered.backend_id,)})
     return found
 
 

@@ -33,7 +33,8 @@ def default_aten_passes(target) -> list:
     recurrent layers become single-layer, then elementary ops every NPU converts; steps
     whose output is never read are not computed, a zero initial state costs no recurrent
     matmul, and per-step outputs are gathered without a copy each; attention (with a mask
-    computed from constants, or causal) becomes bmm, add and softmax; what is computed from
+    computed from constants, or causal) becomes bmm, add and softmax; a tensor made from
+    another's shape alone (``ones_like``) is a ``full``; what is computed from
     constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight, an attention mask), so convolutions get plain
     weights, and a mask before a softmax becomes an add the quantizer saturates; a division
@@ -53,6 +54,7 @@ def default_aten_passes(target) -> list:
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
                               ConvertConstantIndexToSlices, ConvertDivToMul,
+                              ConvertLikeToFull,
                               ConvertPadModeToSlices, ConvertPoolingTo2d, ConvertRepeatToCat,
                               ConvertResizeToLinear, ConvertUpsample1dTo2d, DecomposeGLU,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeLogSoftmax,
@@ -71,7 +73,7 @@ def default_aten_passes(target) -> list:
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             DecomposeRecurrentCells(),
             FoldSelectOfCat(), FoldLinearOfZeros(), DecomposeScaledDotProductAttention(),
-            FoldConstants(), SaturateAttentionMask(), ConvertDivToMul(),
+            ConvertLikeToFull(), FoldConstants(), SaturateAttentionMask(), ConvertDivToMul(),
             ConvertConstantIndexToSlices(), ConvertPadModeToSlices(), ConvertRepeatToCat(),
             StackByConcat(), DecomposeUnbind(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeRoots(), DecomposeReshape(),

@@ -5,6 +5,7 @@ from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
 from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
 from mcu_npu.passes.aten.convert_constant_index_to_slices import ConvertConstantIndexToSlices
 from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
+from mcu_npu.passes.aten.convert_like_to_full import ConvertLikeToFull
 from mcu_npu.passes.aten.convert_pad_mode_to_slices import ConvertPadModeToSlices
 from mcu_npu.passes.aten.convert_pooling_to_2d import ConvertPoolingTo2d
 from mcu_npu.passes.aten.convert_repeat_to_cat import ConvertRepeatToCat
@@ -40,7 +41,7 @@ from mcu_npu.passes.aten.split_shared_biases import SplitSharedBiases
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
 __all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
-           "ConvertDivToMul", "ConvertPadModeToSlices", "ConvertPoolingTo2d",
+           "ConvertDivToMul", "ConvertLikeToFull", "ConvertPadModeToSlices", "ConvertPoolingTo2d",
            "ConvertRepeatToCat", "ConvertResizeToLinear", "ConvertUpsample1dTo2d",
            "DecomposeGLU", "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM", "DecomposeLogSoftmax",

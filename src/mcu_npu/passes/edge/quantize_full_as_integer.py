@@ -16,6 +16,7 @@ treats it as a constant's, folded elsewhere) and leaves the float ``full`` feedi
 dequantize, a program the kernels refuse (an LSTM's zero cell state, a GRU's zero state in
 a bidirectional layer). Made in int8, the value is the one the quantize gives (computed by
 ``quantize_per_tensor`` itself), so the program computes what the quantized reference does.
+A ``full_like`` (made from a tensor's shape alone) is such a ``full`` too.
 Runs on the Edge program before that lowering.
 """
 
@@ -27,11 +28,13 @@ from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPa
 from torch.export import ExportedProgram
 
 FULL = exir_ops.edge.aten.full.default
+FULL_LIKE = exir_ops.edge.aten.full_like.default
 QUANTIZE = exir_ops.edge.quantized_decomposed.quantize_per_tensor.default
 
 
 class QuantizeFullAsInteger(ExportedProgramPassBase):
-    """Replace every per-tensor quantize of a float ``full`` by an integer ``full``."""
+    """Replace every per-tensor quantize of a float ``full`` (or ``full_like``) by an integer
+    ``full``."""
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
         graph = exported_program.graph_module.graph
@@ -40,10 +43,12 @@ class QuantizeFullAsInteger(ExportedProgramPassBase):
             if node.op != "call_function" or node.target != QUANTIZE:
                 continue
             source = node.args[0]
-            if not (isinstance(source, torch.fx.Node) and source.target == FULL
+            if not (isinstance(source, torch.fx.Node) and source.target in (FULL, FULL_LIKE)
                     and source.kwargs.get("dtype") in (None, torch.float32)):
                 continue
             size, value = source.args[:2]
+            if source.target == FULL_LIKE:  # the shape of its argument, not its values
+                size = source.meta["val"].shape
             scale, zero_point, qmin, qmax, dtype = node.args[1:6]
             quantized = torch.ops.quantized_decomposed.quantize_per_tensor(
                 torch.tensor([float(value)]), scale, zero_point, qmin, qmax, dtype)
