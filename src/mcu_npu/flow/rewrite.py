@@ -9,20 +9,20 @@ from ..errors import stage
 from ..quantization.composed import TargetQuantizer
 
 
-def rewrite(graph: GraphModule, target) -> GraphModule:
+def rewrite(graph: GraphModule, target, gelu: str | None = None) -> GraphModule:
     """The stage: ``for_annotation``, its failures named as the stage's."""
     with stage("rewriting the model for quantization"):
-        return for_annotation(graph, target)
+        return for_annotation(graph, target, gelu)
 
 
-def for_annotation(graph: GraphModule, target) -> GraphModule:
+def for_annotation(graph: GraphModule, target, gelu: str | None = None) -> GraphModule:
     """``graph`` as the target's quantizer annotates it: rewritten by ``default_aten_passes``,
     its nodes tagged."""
-    return TargetQuantizer(target, aten_passes=default_aten_passes(target)) \
+    return TargetQuantizer(target, aten_passes=default_aten_passes(target, gelu)) \
         .transform_for_annotation(graph)
 
 
-def default_aten_passes(target) -> list:
+def default_aten_passes(target, gelu: str | None = None) -> list:
     """ATen rewrites a target applies before quantization, in order: autocast regions that
     change nothing on a CPU in float32 become the ops they hold; convolutions padded by
     mode ("same") get explicit padding, and 1-D upsampling is the 2-D one of height 1;
@@ -47,9 +47,10 @@ def default_aten_passes(target) -> list:
     absorbs becomes a depthwise convolution, and a resize of a small map that the NPU cannot
     resize a linear layer over its positions; last, layers that share a bias (the unrolled
     steps of a recurrent layer) each read it through a node of their own, so each gets its
-    int32 bias in its own scale."""
+    int32 bias in its own scale. ``gelu``: a GELU approximation's form
+    (``passes.aten.approximate_gelu``) every GELU becomes, None to keep GELU."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
-    from ..passes.aten import (AddBatchDimension, ConvertBatchNormToDepthwise,
+    from ..passes.aten import (AddBatchDimension, ApproximateGELU, ConvertBatchNormToDepthwise,
                               ConvertConstantIndexToSlices, ConvertDivToMul,
                               ConvertPadModeToSlices, ConvertPoolingTo2d, ConvertRepeatToCat,
                               ConvertResizeToLinear, ConvertUpsample1dTo2d, DecomposeGLU,
@@ -64,7 +65,8 @@ def default_aten_passes(target) -> list:
 
     return [InlineDisabledAutocast(), MakeConvPaddingExplicit(), ConvertUpsample1dTo2d(),
             AddBatchDimension(), ConvertPoolingTo2d(),
-            LinearOfActivations(), DecomposeSiLU(), DecomposeGLU(), DecomposeLogSoftmax(),
+            LinearOfActivations(), *([ApproximateGELU(gelu)] if gelu else []),
+            DecomposeSiLU(), DecomposeGLU(), DecomposeLogSoftmax(),
             SplitGRUByLayers(), DecomposeGRU(), DecomposeRNN(), DecomposeLSTM(),
             DecomposeRecurrentCells(),
             FoldSelectOfCat(), FoldLinearOfZeros(), DecomposeScaledDotProductAttention(),

@@ -2,6 +2,7 @@
 
 from mcu_npu.passes.aten._recurrent import ProjSizeNotSupportedError
 from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
+from mcu_npu.passes.aten.approximate_gelu import ApproximateGELU
 from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
 from mcu_npu.passes.aten.convert_constant_index_to_slices import ConvertConstantIndexToSlices
 from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
@@ -39,7 +40,7 @@ from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.split_shared_biases import SplitSharedBiases
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
-__all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
+__all__ = ["AddBatchDimension", "ApproximateGELU", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
            "ConvertDivToMul", "ConvertPadModeToSlices", "ConvertPoolingTo2d",
            "ConvertRepeatToCat", "ConvertResizeToLinear", "ConvertUpsample1dTo2d",
            "DecomposeGLU", "DecomposeGRU",
