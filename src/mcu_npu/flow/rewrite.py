@@ -37,8 +37,10 @@ def default_aten_passes(target, gelu: str | None = None) -> list:
     constants alone is computed once, into a constant (a class token's expand, a bias
     table's index, a standardised weight, an attention mask), so convolutions get plain
     weights, and a mask before a softmax becomes an add the quantizer saturates; a division
-    by a constant is a multiplication by its reciprocal; an index by constant indices and a
-    reflect, replicate or circular pad become slices and a concatenation, and a repeat a
+    by a constant is a multiplication by its reciprocal; an index by constant indices, a
+    strided window of a tensor (a chomp) and a reflect, replicate or circular pad become
+    slices and a concatenation, a repeat of axes of size 1 a broadcast (dropped before an
+    elementwise op, else past 64 copies a multiplication by ones) and another repeat a
     concatenation of copies; unbinds become selects; batched matmuls and layer, group and
     instance normalization become the bmm, mean and elementwise ops NPUs run, each quantized
     on its own, as do norms, variances, square roots, sums and divisions by roots (means,
@@ -52,7 +54,8 @@ def default_aten_passes(target, gelu: str | None = None) -> list:
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ApproximateGELU, ConvertBatchNormToDepthwise,
                               ConvertConstantIndexToSlices, ConvertDivToMul,
-                              ConvertPadModeToSlices, ConvertPoolingTo2d, ConvertRepeatToCat,
+                              ConvertPadModeToSlices, ConvertPoolingTo2d, ConvertRepeatToBroadcast,
+                              ConvertRepeatToCat, ConvertStridedViewToSlices,
                               ConvertResizeToLinear, ConvertUpsample1dTo2d, DecomposeGLU,
                               DecomposeGroupNorm, DecomposeLayerNorm, DecomposeLogSoftmax,
                               DecomposeMatmul, DecomposeRecurrentCells, DecomposeReshape,
@@ -71,7 +74,8 @@ def default_aten_passes(target, gelu: str | None = None) -> list:
             DecomposeRecurrentCells(),
             FoldSelectOfCat(), FoldLinearOfZeros(), DecomposeScaledDotProductAttention(),
             FoldConstants(), SaturateAttentionMask(), ConvertDivToMul(),
-            ConvertConstantIndexToSlices(), ConvertPadModeToSlices(), ConvertRepeatToCat(),
+            ConvertConstantIndexToSlices(), ConvertStridedViewToSlices(), ConvertPadModeToSlices(),
+            ConvertRepeatToBroadcast(), ConvertRepeatToCat(),
             StackByConcat(), DecomposeUnbind(), DecomposeMatmul(),
             DecomposeLayerNorm(), DecomposeGroupNorm(), DecomposeRoots(), DecomposeReshape(),
             ConvertBatchNormToDepthwise(), ConvertResizeToLinear(target), SplitSharedBiases()]

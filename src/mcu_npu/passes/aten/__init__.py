@@ -8,8 +8,10 @@ from mcu_npu.passes.aten.convert_constant_index_to_slices import ConvertConstant
 from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
 from mcu_npu.passes.aten.convert_pad_mode_to_slices import ConvertPadModeToSlices
 from mcu_npu.passes.aten.convert_pooling_to_2d import ConvertPoolingTo2d
+from mcu_npu.passes.aten.convert_repeat_to_broadcast import ConvertRepeatToBroadcast
 from mcu_npu.passes.aten.convert_repeat_to_cat import ConvertRepeatToCat
 from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
+from mcu_npu.passes.aten.convert_strided_view_to_slices import ConvertStridedViewToSlices
 from mcu_npu.passes.aten.convert_upsample1d_to_2d import ConvertUpsample1dTo2d
 from mcu_npu.passes.aten.decompose_glu import DecomposeGLU
 from mcu_npu.passes.aten.decompose_group_norm import DecomposeGroupNorm
@@ -40,9 +42,11 @@ from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.split_shared_biases import SplitSharedBiases
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
-__all__ = ["AddBatchDimension", "ApproximateGELU", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
+__all__ = ["AddBatchDimension", "ApproximateGELU", "ConvertBatchNormToDepthwise",
+           "ConvertConstantIndexToSlices",
            "ConvertDivToMul", "ConvertPadModeToSlices", "ConvertPoolingTo2d",
-           "ConvertRepeatToCat", "ConvertResizeToLinear", "ConvertUpsample1dTo2d",
+           "ConvertRepeatToBroadcast", "ConvertRepeatToCat", "ConvertResizeToLinear",
+           "ConvertStridedViewToSlices", "ConvertUpsample1dTo2d",
            "DecomposeGLU", "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM", "DecomposeLogSoftmax",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",
