@@ -172,3 +172,41 @@ def test_runs_in_one_npu_partition_on_corstone_320(cls, shape):
             ref += flat_outputs(run_exact(prog.reference, *t))
     want, got, ref = torch.cat(want), torch.cat(got), torch.cat(ref)
     assert sqnr_holds(sqnr_db(want, got), sqnr_db(want, ref))
+
+
+class SeparableAttention(nn.Module):
+    """MobileViT-v2's separable self-attention: a context vector ``expand_as`` the values."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.qkv, self.out = nn.Conv2d(c, 1 + 2 * c, 1), nn.Conv2d(c, c, 1)
+        self.c = c
+
+    def forward(self, x):  # x: (N, C, P, T)
+        q, k, v = self.qkv(x).split([1, self.c, self.c], dim=1)
+        context = (k * torch.softmax(q, dim=-1)).sum(dim=-1, keepdim=True)
+        return self.out(torch.relu(v) * context.expand_as(v))
+
+
+class ExpandedIntoCat(nn.Module):
+    def forward(self, x):  # x: (N, C, T); the mean over time beside each frame
+        return torch.cat([x, x.mean(2, keepdim=True).expand(-1, -1, x.shape[2])], 1)
+
+
+@pytest.mark.parametrize("cls,shape", [(SeparableAttention, (1, 16, 4, 9)),
+                                       (ExpandedIntoCat, (1, 4, 10))])
+def test_an_expand_is_a_broadcast(cls, shape):
+    torch.manual_seed(0)
+    ops = _exact(ConvertRepeatToBroadcast(), cls(), torch.randn(shape))
+    assert aten.expand.default not in ops
+
+
+@pytest.mark.slow
+def test_separable_attention_runs_in_one_neutron_partition():
+    """MobileViT-v2's attention on imxrt700: its expand_as ran as a portable kernel."""
+    torch.manual_seed(0)
+    model = SeparableAttention().eval()
+    samples = calibration_set((torch.randn(1, 16, 4, 9),), n=8)
+    prog = mcu_npu.compile(model, samples[0], target="imxrt700", calibration=samples)
+    cpu = [(o.op, o.reason) for o in prog.report.ops if o.kernel is not Kernel.NPU]
+    assert not cpu and prog.report.summary["partitions"] == 1, cpu
