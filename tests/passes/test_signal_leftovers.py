@@ -1,7 +1,8 @@
 """What signal models left on the CPU: a ``repeat`` of a run-time statistic over 100 frames
-(squeeze-excite, attentive statistics pooling) becomes a broadcast
+(squeeze-excite, attentive statistics pooling) or an ``expand_as`` becomes a broadcast
 (``ConvertRepeatToBroadcast``), a chomp spelled ``as_strided`` becomes a slice
-(``ConvertStridedViewToSlices``), each exact in float; through the flow each model runs in
+(``ConvertStridedViewToSlices``), a ``stack`` of a temporal conv net's skip connections a
+concatenation (``StackByConcat``), each exact in float; through the flow each model runs in
 one corstone-320 NPU partition within the contract. A model that calls each layer as
 ``layer(x, lengths=lens)`` inside ``try/except TypeError`` exports
 (``upstream.patches.module_calls_unwound_on_error``)."""
@@ -15,7 +16,8 @@ import torch.nn as nn
 import mcu_npu
 from helpers import calibration_set, sqnr_holds
 from mcu_npu.flow.export import export_module
-from mcu_npu.passes.aten import ConvertRepeatToBroadcast, ConvertStridedViewToSlices
+from mcu_npu.passes.aten import ConvertRepeatToBroadcast, ConvertStridedViewToSlices, \
+    StackByConcat
 from mcu_npu.quantization.exact import run_exact
 from mcu_npu.report import Kernel
 from mcu_npu.report.metrics import flat_outputs, sqnr_db
@@ -81,6 +83,43 @@ class LengthsTried(nn.Module):
             except TypeError:
                 x = layer(x)
         return x
+
+
+class GatedTcn(nn.Module):
+    """A WaveNet-style temporal conv net: causal dilated convs, a gated tanh * sigmoid
+    activation, residuals, the last frames of each block's skip summed over a ``stack``."""
+
+    def __init__(self, c=16, layers=3):
+        super().__init__()
+        self.inp = nn.Conv1d(8, c, 1)
+        self.f = nn.ModuleList(nn.Conv1d(c, 2 * c, 3, dilation=2 ** i) for i in range(layers))
+        self.res = nn.ModuleList(nn.Conv1d(c, c, 1) for _ in range(layers))
+        self.skip = nn.ModuleList(nn.Conv1d(c, c, 1) for _ in range(layers))
+        self.out = nn.Linear(c * 8, 4)
+
+    def forward(self, x):
+        x, skips = self.inp(x), []
+        for i, (f, r, s) in enumerate(zip(self.f, self.res, self.skip)):
+            a, b = f(nn.functional.pad(x, (2 * 2 ** i, 0))).chunk(2, 1)
+            z = torch.tanh(a) * torch.sigmoid(b)
+            skips.append(s(z)[:, :, -8:])
+            x = x + r(z)
+        return self.out(torch.stack(skips, 0).sum(0).view(x.shape[0], -1))
+
+
+class Stack(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.stack([x, 2 * x, x + 1], self.dim)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_a_stack_is_a_concatenation(dim):
+    ops = _exact(StackByConcat(), Stack(dim), torch.randn(2, 3, 4))
+    assert aten.stack.default not in ops and aten.cat.default in ops
 
 
 def calls(gm):
@@ -155,6 +194,7 @@ def test_a_layer_call_the_model_catches_does_not_stop_export():
 @pytest.mark.parametrize("cls,shape", [(SqueezeExcite, (1, 16, FRAMES)),
                                        (AttentiveStatsPooling, (1, 16, FRAMES)),
                                        (StridedChomp, (1, 8, 32)),
+                                       (GatedTcn, (1, 8, 64)),
                                        (LengthsTried, (1, 8, 20))])
 def test_runs_in_one_npu_partition_on_corstone_320(cls, shape):
     torch.manual_seed(0)

@@ -41,7 +41,7 @@ def default_aten_passes(target, gelu: str | None = None) -> list:
     strided window of a tensor (a chomp) and a reflect, replicate or circular pad become
     slices and a concatenation, a repeat of axes of size 1 a broadcast (dropped before an
     elementwise op, else past 64 copies a multiplication by ones) and another repeat a
-    concatenation of copies; unbinds become selects; batched matmuls and layer, group and
+    concatenation of copies; a stack is a concatenation; unbinds become selects; batched matmuls and layer, group and
     instance normalization become the bmm, mean and elementwise ops NPUs run, each quantized
     on its own, as do norms, variances, square roots, sums and divisions by roots (means,
     multiplications and reciprocal square roots), and a reshape that needs a copy makes it
