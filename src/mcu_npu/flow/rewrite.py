@@ -23,33 +23,32 @@ def for_annotation(graph: GraphModule, target, gelu: str | None = None) -> Graph
 
 
 def default_aten_passes(target, gelu: str | None = None) -> list:
-    """ATen rewrites a target applies before quantization, in order: autocast regions that
-    change nothing on a CPU in float32 become the ops they hold; convolutions padded by
-    mode ("same") get explicit padding, and 1-D upsampling is the 2-D one of height 1;
-    convolutions and pooling on unbatched inputs get a batch of one; 1-D and adaptive max
-    pools and max reductions over time or space become the 2-D pools NPUs run; a SiLU and a
-    GLU become sigmoid and multiply, quantized where the device rounds them, and a
-    log_softmax the log of a softmax; a linear layer with a run-time weight becomes a matmul;
-    recurrent layers become single-layer, then elementary ops every NPU converts; steps
-    whose output is never read are not computed, a zero initial state costs no recurrent
-    matmul, and per-step outputs are gathered without a copy each; attention (with a mask
-    computed from constants, or causal) becomes bmm, add and softmax; what is computed from
-    constants alone is computed once, into a constant (a class token's expand, a bias
-    table's index, a standardised weight, an attention mask), so convolutions get plain
-    weights, and a mask before a softmax becomes an add the quantizer saturates; a division
-    by a constant is a multiplication by its reciprocal; an index by constant indices, a
-    strided window of a tensor (a chomp) and a reflect, replicate or circular pad become
-    slices and a concatenation, a repeat of axes of size 1 a broadcast (dropped before an
-    elementwise op, else past 64 copies a multiplication by ones) and another repeat a
-    concatenation of copies; a stack is a concatenation; unbinds become selects; batched matmuls and layer, group and
-    instance normalization become the bmm, mean and elementwise ops NPUs run, each quantized
-    on its own, as do norms, variances, square roots, sums and divisions by roots (means,
-    multiplications and reciprocal square roots), and a reshape that needs a copy makes it
-    explicit, so the copy is quantized too; a BatchNorm that no convolution or linear layer
-    absorbs becomes a depthwise convolution, and a resize of a small map that the NPU cannot
-    resize a linear layer over its positions; last, layers that share a bias (the unrolled
-    steps of a recurrent layer) each read it through a node of their own, so each gets its
-    int32 bias in its own scale. ``gelu``: a GELU approximation's form
+    """ATen rewrites a target applies before quantization, in order: autocast regions that change
+    nothing on a CPU in float32 become the ops they hold; convolutions padded by mode ("same")
+    get explicit padding, and 1-D upsampling is the 2-D one of height 1; convolutions and
+    pooling on unbatched inputs get a batch of one; 1-D and adaptive max pools and max
+    reductions over time or space become the 2-D pools NPUs run; a SiLU and a GLU become sigmoid
+    and multiply, quantized where the device rounds them, and a log_softmax the log of a
+    softmax; a linear layer with a run-time weight becomes a matmul; recurrent layers become
+    single-layer, then elementary ops every NPU converts; steps whose output is never read are
+    not computed, a zero initial state costs no recurrent matmul, and per-step outputs are
+    gathered without a copy each; attention (with a mask computed from constants, or causal)
+    becomes bmm, add and softmax; what is computed from constants alone is computed once, into a
+    constant (a class token's expand, a bias table's index, a standardised weight, an attention
+    mask), so convolutions get plain weights, and a mask before a softmax becomes an add the
+    quantizer saturates; a division by a constant is a multiplication by its reciprocal; an
+    index by constant indices, a strided window of a tensor (a chomp) and a reflect, replicate
+    or circular pad become slices and a concatenation, a repeat of axes of size 1 or an expand a
+    broadcast (dropped before an elementwise op, else a multiplication by ones) and another
+    repeat a concatenation of copies; a stack is a concatenation; unbinds become selects;
+    batched matmuls and layer, group and instance normalization become the bmm, mean and
+    elementwise ops NPUs run, each quantized on its own, as do norms, variances, square roots,
+    sums and divisions by roots (means, multiplications and reciprocal square roots), and a
+    reshape that needs a copy makes it explicit, so the copy is quantized too; a BatchNorm that
+    no convolution or linear layer absorbs becomes a depthwise convolution, and a resize of a
+    small map that the NPU cannot resize a linear layer over its positions; last, layers that
+    share a bias (the unrolled steps of a recurrent layer) each read it through a node of their
+    own, so each gets its int32 bias in its own scale. ``gelu``: a GELU approximation's form
     (``passes.aten.approximate_gelu``) every GELU becomes, None to keep GELU."""
     from ..passes import DecomposeGRU, DecomposeLSTM, DecomposeRNN, SplitGRUByLayers
     from ..passes.aten import (AddBatchDimension, ApproximateGELU, ConvertBatchNormToDepthwise,
