@@ -615,3 +615,41 @@ def test_cortex_m_passes_still_validate_the_program_they_produce(monkeypatch):
     monkeypatch.setattr(program, "_transform", breaks)
     with pytest.raises(SpecViolationError, match="missing val"):
         cortex_m_pass_skips.run_passes(ep, [object], None)
+
+
+# --- module_calls_unwound_on_error ------------------------------------------------------------
+
+class _LengthsTried(torch.nn.Module):
+    """Each layer offered ``lengths`` first, as a speech library's layer loop does."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.ReLU()])
+
+    def forward(self, x):
+        for layer in self.layers:
+            try:
+                x = layer(x, lengths=None)
+            except TypeError:
+                x = layer(x)
+        return x
+
+
+def test_non_strict_export_still_leaves_a_failed_module_call_on_the_stack():
+    """What the patch is for: when this stops failing, the patch can go."""
+    with pytest.raises(AssertionError, match="Unexpected key"):
+        torch.export.export(_LengthsTried().eval(), (torch.randn(2, 4),), strict=False)
+
+
+def test_module_calls_unwound_on_error_lets_the_model_catch_the_call():
+    with upstream_patches.module_calls_unwound_on_error():
+        with upstream_patches.module_calls_unwound_on_error():  # nested: installed once
+            ep = torch.export.export(_LengthsTried().eval(), (torch.randn(2, 4),),
+                                     strict=False)
+        assert torch.fx.Tracer.call_module is not _TRACER_CALL_MODULE
+    assert torch.fx.Tracer.call_module is _TRACER_CALL_MODULE
+    targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets == [torch.ops.aten.linear.default, torch.ops.aten.relu.default]
+
+
+_TRACER_CALL_MODULE = torch.fx.Tracer.call_module

@@ -21,6 +21,7 @@ from torch.fx import GraphModule
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from ..errors import ConfigError, UnsupportedModelError, source_line, stage
+from ..upstream.patches import module_calls_unwound_on_error
 
 EXPORT_HINT = ("make the model capturable by torch.export (no data-dependent control flow, "
                "see torch.export's message), or report it")
@@ -132,7 +133,8 @@ def _export(model: torch.nn.Module, example_inputs: tuple, strict: bool):
         # needs to change
         warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights",
                                 category=UserWarning)
-        return torch.export.export(model, example_inputs, strict=strict)
+        with module_calls_unwound_on_error():  # a layer call the model catches
+            return torch.export.export(model, example_inputs, strict=strict)
 
 
 def _data_dependent(exc: BaseException) -> bool:

@@ -21,6 +21,7 @@ from ..quantization.state_encoding import tied
 from ..quantization.precision import PrecisionRequest
 from ..upstream.patches import graph_code_on_first_use
 from ..report import Report
+from .approximate import note as approximation_note, rewrite_approximating
 from .check import check_program
 from .collector import earlier_objects_frozen
 from .export import export, in_eval_mode
@@ -32,7 +33,6 @@ from .memory import place
 from .measure import measure
 from .quantize import quantize_model
 from .report import record_calibration
-from .rewrite import rewrite
 from .state import lift_state, state_pairs, streamed
 
 
@@ -96,15 +96,18 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
     if started:  # quantization leaves the rewritten graph as it found it only in a copy
         float_model, graph = started["float_model"], copy.deepcopy(started["graph"])
         state, stepper = started["state"], started["stepper"]
+        approximation = started["approximation"]
     else:
         float_model = front(in_eval_mode(model), args.program_io, args.example_inputs)
         graph, state = lift_state(fold_normalisation(export(float_model, args.example_inputs,
                                                             stacklevel + 1), args.program_io))
-        graph = rewrite(graph, args.target)
+        graph, approximation = rewrite_approximating(
+            graph, args.target, None if state else args.samples, calibration_method,
+            args.options.operators_not_to_delegate)
         stepper = copy.deepcopy(graph) if state else None  # the float function of the state
         if started is not None:
             started.update(float_model=float_model, graph=copy.deepcopy(graph), state=state,
-                           stepper=stepper)
+                           stepper=stepper, approximation=approximation)
     frames = args  # the calls as the model takes them: the program keeps the state
     args = streamed(args, stepper, state)
     names = module_meta(graph)  # the model's layer names, lost by quantization's re-export
@@ -119,6 +122,8 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
     report.notes += [n for n in pass_failures(graph) + graph.meta.get(NOTES_KEY, [])
                      if n not in report.notes]
+    if approximation:
+        report.notes.append(approximation_note(approximation))
     record_calibration(report, quantized.reference, "qat" if train_fn else calibration_method)
     program = check_program(buffer, host_data, report, placed.target, placed.decided,
                             placed.edge, deployable, strict, stacklevel + 1, placed.memory)

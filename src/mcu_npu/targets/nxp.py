@@ -21,6 +21,7 @@ NEUTRON_N3_64 = NpuSpec(
     sram_bytes=7_864_320,  # 7.5 MiB shared on-chip SRAM of the i.MX RT700
     vendor_compiler="neutron",
     limits=NeutronLimits(),
+    gelu=False,
     source="N3-64: the variant ExecuTorch's NXP backend supports (backends/nxp/README.md; "
            "NXP AN14700); 64 MACs per cycle derived from ExecuTorch's NSYS config "
            "neutron-imxrt700.ini (num_pipelines 8 x num_macs 8); NPU up to 325 MHz (Zephyr "
@@ -54,6 +55,7 @@ NEUTRON_N1_16 = NpuSpec(
     vendor_compiler="neutron",
     vendor_target="mcxn94x",
     limits=NeutronLimits(),
+    gelu=False,
     source="16 MACs per cycle: 'the accelerator in the MCX-N, a 150-MHz microcontroller, "
            "offers 16 MACs per cycle' (EE Times on the i.MX 95 Neutron, "
            "https://larkbiz.biz/i-mx-95-uses-in-house-npu-ip/); 4.8 GOPS = 16 MACs x 2 x "

@@ -133,6 +133,11 @@ class NpuSpec:
     ``[1, reduced, channels, 1]`` view (depth 1: ``reduced`` bytes; DS-CNN's global mean
     over 25x5x64: 125 bytes instead of 8,000, ``tflite/ops/reduce.py``)."""
 
+    gelu: bool = True
+    """The NPU runs GELU (TFLite GELU: a table on every Ethos-U). eIQ Neutron has no GELU
+    operator: there a model's GELUs run as an approximation built of operators it has where
+    the whole model's accuracy allows it (``flow.approximate``), else on the CPU."""
+
     int16_activations: bool = False
     """The NPU runs 16x8 kernels (int16 activations, int8 weights) for the operators whose
     converter entries say so (``tflite.registry.Operator.int16``): Vela compiles them for

@@ -34,6 +34,9 @@ attribute or behaviour it relies on, so an upgrade that changes it fails there f
 * ``validation_deferred`` -- ``ExportedProgram`` construction and pass-manager checks skip
   the verifiers within a block whose result the caller validates once, by swapping
   ``ExportedProgram.validate``.
+* ``module_calls_unwound_on_error`` -- a module call that raises during non-strict
+  ``torch.export`` leaves the tracer's module stack as it found it, by wrapping
+  ``torch.fx.Tracer.call_module``.
 * ``graph_code_on_first_use`` -- generates a ``GraphModule``'s Python code when it is first
   used, not on each ``recompile``, by swapping ``GraphModule.recompile`` and giving pending
   modules' own classes members that generate it.
@@ -627,3 +630,49 @@ def graph_code_on_first_use():
         _LAZY.depth = depth
         if depth == 0:
             GraphModule.recompile = _EAGER_RECOMPILE
+
+
+# --- module calls that raise, caught by the model, during non-strict export ---------------
+_CALL_MODULE = None
+
+
+@contextmanager
+def module_calls_unwound_on_error():
+    """Within the block, a module call that raises while ``torch.export`` traces it
+    (non-strict) takes its entry off the tracer's module stack before the exception leaves.
+
+    What: wraps ``torch.fx.Tracer.call_module`` (which ``PythonKeyTracer.call_module``
+    calls by that name) so that on an exception the ``module_stack`` entries pushed since
+    the call began are popped, then the exception goes on as it was; restored after.
+
+    Why: ``Tracer.call_module`` pushes the module's key and pops it only when the forward
+    returns. A model that calls a layer, catches what it raises and calls it again (a
+    speech library's ``try: layer(x, lengths=lens) except TypeError: layer(x)``) leaves the
+    failed call's key on the stack, and the next module call fails export with
+    ``AssertionError: Unexpected key ...``. Eager PyTorch runs such a model; so does strict
+    export. It goes when ``Tracer.call_module`` pops its key in a ``finally``.
+    """
+    global _CALL_MODULE
+    from torch.fx import Tracer
+
+    if _CALL_MODULE is not None:  # nested: installed once
+        yield
+        return
+    original = _CALL_MODULE = Tracer.call_module
+
+    def call_module(self, m, forward, args, kwargs):
+        stack = getattr(self, "module_stack", None)
+        depth = len(stack) if stack is not None else 0
+        try:
+            return original(self, m, forward, args, kwargs)
+        except BaseException:
+            while stack is not None and len(stack) > depth:
+                stack.popitem(last=True)
+            raise
+
+    Tracer.call_module = call_module
+    try:
+        yield
+    finally:
+        Tracer.call_module = original
+        _CALL_MODULE = None

@@ -2,14 +2,17 @@
 
 from mcu_npu.passes.aten._recurrent import ProjSizeNotSupportedError
 from mcu_npu.passes.aten.add_batch_dimension import AddBatchDimension
+from mcu_npu.passes.aten.approximate_gelu import ApproximateGELU
 from mcu_npu.passes.aten.convert_batch_norm_to_depthwise import ConvertBatchNormToDepthwise
 from mcu_npu.passes.aten.convert_constant_index_to_slices import ConvertConstantIndexToSlices
 from mcu_npu.passes.aten.convert_div_to_mul import ConvertDivToMul
 from mcu_npu.passes.aten.convert_like_to_full import ConvertLikeToFull
 from mcu_npu.passes.aten.convert_pad_mode_to_slices import ConvertPadModeToSlices
 from mcu_npu.passes.aten.convert_pooling_to_2d import ConvertPoolingTo2d
+from mcu_npu.passes.aten.convert_repeat_to_broadcast import ConvertRepeatToBroadcast
 from mcu_npu.passes.aten.convert_repeat_to_cat import ConvertRepeatToCat
 from mcu_npu.passes.aten.convert_resize_to_linear import ConvertResizeToLinear
+from mcu_npu.passes.aten.convert_strided_view_to_slices import ConvertStridedViewToSlices
 from mcu_npu.passes.aten.convert_upsample1d_to_2d import ConvertUpsample1dTo2d
 from mcu_npu.passes.aten.decompose_glu import DecomposeGLU
 from mcu_npu.passes.aten.decompose_group_norm import DecomposeGroupNorm
@@ -40,9 +43,11 @@ from mcu_npu.passes.aten.split_gru_by_layers import SplitGRUByLayers
 from mcu_npu.passes.aten.split_shared_biases import SplitSharedBiases
 from mcu_npu.passes.aten.stack_by_concat import StackByConcat
 
-__all__ = ["AddBatchDimension", "ConvertBatchNormToDepthwise", "ConvertConstantIndexToSlices",
+__all__ = ["AddBatchDimension", "ApproximateGELU", "ConvertBatchNormToDepthwise",
+           "ConvertConstantIndexToSlices",
            "ConvertDivToMul", "ConvertLikeToFull", "ConvertPadModeToSlices", "ConvertPoolingTo2d",
-           "ConvertRepeatToCat", "ConvertResizeToLinear", "ConvertUpsample1dTo2d",
+           "ConvertRepeatToBroadcast", "ConvertRepeatToCat", "ConvertResizeToLinear",
+           "ConvertStridedViewToSlices", "ConvertUpsample1dTo2d",
            "DecomposeGLU", "DecomposeGRU",
            "DecomposeGroupNorm", "DecomposeLSTM", "DecomposeLogSoftmax",
            "DecomposeLayerNorm", "DecomposeMatmul", "DecomposeOnCpu", "DecomposeRNN",

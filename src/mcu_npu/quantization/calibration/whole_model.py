@@ -136,17 +136,33 @@ def _fake_quantize(params):
         def per_tensor(x):
             if not x.is_floating_point():
                 return x
-            return torch.clamp(torch.round(x.double() / s), low, high) * s
+            return _round(torch.clamp(x.double() / s, low, high)) * s
         return per_tensor
+
+    last = []  # (input, its version, output): a weight is the same tensor every run
 
     def forward(x):
         if not x.is_floating_point():
             return x
+        if last and last[0] is x and last[1] == x._version:
+            return last[2]
         shape = [1] * x.dim()
         shape[axis] = -1
         sv, zv = s.reshape(shape), z.reshape(shape)
-        return (torch.clamp(torch.round(x.double() / sv) + zv, qmin, qmax) - zv) * sv
+        out = _round(torch.clamp(x.double() / sv, qmin - zv, qmax - zv)) * sv
+        last[:] = (x, x._version, out)
+        return out
     return forward
+
+
+_ROUNDER = 1.5 * 2.0 ** 52
+
+
+def _round(x: torch.Tensor) -> torch.Tensor:
+    """``torch.round`` of float64 ``x`` (half to even) for |x| < 2**51, by adding and taking
+    away 1.5 * 2**52: the same integers in a fifth of the time (``torch.round`` on float64
+    is not vectorised). Callers clamp to the int8 or int16 range first."""
+    return (x + _ROUNDER).sub_(_ROUNDER)
 
 
 def _as_double(x):

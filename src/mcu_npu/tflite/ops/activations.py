@@ -13,7 +13,6 @@ from ..args import bind
 from ..context import OP, Context, QParams, Value
 from ..ops_aliases import aten, at
 from ..registry import fused_clamp, operator
-from ...targets import NpuKind
 from ._checks import max_rank, static_shapes
 
 ACT = schema.ActivationFunctionType
@@ -142,9 +141,9 @@ def convert_silu(ctx: Context, node: Node) -> None:
 
 
 def npu_has_gelu(node: Node, target=None) -> bool:
-    """no NPU conversion for aten.gelu on the eIQ Neutron NPU (it has no GELU operator; Vela
+    """no NPU conversion for aten.gelu on this NPU (eIQ Neutron has no GELU operator; Vela
     runs TFLite GELU on the Ethos-U55 and U85 as a lookup table)"""
-    return target is None or target.npu.kind is not NpuKind.NEUTRON
+    return target is None or target.npu.gelu
 
 
 # aten::gelu(Tensor self, *, str approximate='none') -> Tensor
