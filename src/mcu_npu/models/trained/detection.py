@@ -81,14 +81,14 @@ def canvases(images: torch.Tensor, labels: torch.Tensor, n: int, seed: int) \
     objects = np.full((n, MAX_OBJECTS, 5), -1.0, np.float32)
     for i in range(n):
         canvas = rng.uniform(0.0, 0.15, (CANVAS, CANVAS)).astype(np.float32)
-        taken: list[tuple[int, int, int, int]] = []
-        for k in range(int(rng.integers(1, MAX_OBJECTS + 1))):
+        taken: list[tuple[int, int, int]] = []
+        for _ in range(int(rng.integers(1, MAX_OBJECTS + 1))):
             j = int(rng.integers(len(pool)))
             size = 8 * int(rng.integers(2, 4))
             for _ in range(20):
                 px, py = (int(v) for v in rng.integers(0, CANVAS - size + 1, 2))
                 if all(px + size < a or a + s < px or py + size < b or b + s < py
-                       for a, b, s, _ in taken):
+                       for a, b, s in taken):
                     break
             else:
                 continue
@@ -99,7 +99,7 @@ def canvases(images: torch.Tensor, labels: torch.Tensor, n: int, seed: int) \
             ink_y, ink_x = np.nonzero(patch > 0.25)
             objects[i, len(taken)] = (classes[j], px + ink_x.min(), py + ink_y.min(),
                                       px + ink_x.max() + 1, py + ink_y.max() + 1)
-            taken.append((px, py, size, k))
+            taken.append((px, py, size))
         x[i, 0] = np.clip(canvas, 0.0, 1.0)
     return torch.from_numpy(x), torch.from_numpy(objects)
 
@@ -162,7 +162,6 @@ def fit_detector(x: torch.Tensor, objects: torch.Tensor, *, epochs: int, lr: flo
                 loss.backward()
                 opt.step()
                 sched.step()
-    model.load_state_dict({k: v.detach().clone() for k, v in model.state_dict().items()})
     return model.eval()
 
 
