@@ -10,7 +10,8 @@ Run::
 
 Per input size and preset: whether it fits, the placement chosen, flash, RAM (the planned
 buffers, the method allocator and the NPU's scratch; the scratch also on its own) and the
-latency estimate; then per size the presets it fits. Detectors are the models most often
+latency estimate, and where one that does not fit runs out of room; then per size the presets
+it fits. Detectors are the models most often
 found not to fit: their activations grow with the input's area. It prints only.
 """
 
@@ -34,17 +35,25 @@ def _kib(n) -> str:
     return "-" if n is None else f"{n / 1024:,.1f}"
 
 
+def short(r) -> str:
+    """Where a program that does not fit runs out of room, and by how much."""
+    if r.fits or r.tightest_margin_bytes is None:
+        return ""
+    return f"{r.tightest_region} by {_kib(-r.tightest_margin_bytes)} KiB"
+
+
 def rows_table(size: int, rows) -> list[str]:
     lines = []
     for r in rows:
         if not r.ok:
-            lines.append(f"| {size} | {r.target} | failed: {r.error[:80]} | | | | | |")
+            lines.append(f"| {size} | {r.target} | failed: {r.error[:80]} | | | | | | |")
             continue
         latency = "-" if r.latency_us is None else \
             (">=" if r.latency_is_bound else "") + f"{r.latency_us / 1000:,.2f}"
         lines.append(f"| {size} | {r.target} | {'yes' if r.fits else 'NO'} | "
                      f"{r.memory_placement or '-'} | {_kib(r.flash_bytes)} | "
-                     f"{_kib(r.ram_bytes)} | {_kib(r.scratch_bytes)} | {latency} |")
+                     f"{_kib(r.ram_bytes)} | {_kib(r.scratch_bytes)} | {latency} | "
+                     f"{short(r)} |")
     return lines
 
 
@@ -58,7 +67,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     targets = args.targets or mcu_npu.targets()
     head = ["| input | target | fits | placed in | flash KiB | RAM KiB | NPU scratch KiB "
-            "(in RAM) | latency ms |", "|---|---|---|---|---|---|---|---|"]
+            "(in RAM) | latency ms | short of |", "|---|---|---|---|---|---|---|---|---|"]
     body, summary = [], []
     for size in args.sizes:
         grid = mcu_npu.compare(f"mcu_npu.models.detectors:yolov8_{size}", targets=targets,

@@ -66,6 +66,9 @@ class Row:
     scratch_bytes: int | None = None
     """The NPU's scratch (its largest call's), part of ``ram_bytes``."""
     memory_placement: str | None = None
+    tightest_region: str | None = None
+    """The memory region with the least room left, and that room (negative: short by)."""
+    tightest_margin_bytes: int | None = None
     int16_ops: int | None = None
     sqnr_db: float | None = None
     reference_sqnr_db: float | None = None
@@ -155,6 +158,8 @@ def _compile_row(cell: Cell, asked: dict) -> Row:
                ram_bytes=s.get("ram_bytes"),
                scratch_bytes=prog.report.memory.get("ram", {}).get("npu_scratch"),
                memory_placement=s.get("memory_placement"),
+               tightest_region=s.get("tightest_region"),
+               tightest_margin_bytes=s.get("tightest_margin_bytes"),
                int16_ops=s.get("int16_ops"), sqnr_db=s.get("sqnr_db"),
                reference_sqnr_db=s.get("reference_sqnr_db"), top1_agreement=agreement,
                top1_samples=counted, host_only=bool(s.get("host_only")),
