@@ -78,6 +78,20 @@ def test_the_table_marks_the_front_and_shows_errors_and_the_page_is_self_contain
     assert back.rows == rows and [r.model for r in back.front] == ["a"]
 
 
+def test_the_scratch_column_shows_only_where_a_row_does_not_fit():
+    """The NPU's scratch gets a column when some compiled row does not fit (telling its
+    working memory from its buffers), and none when every row fits."""
+    fitting = [_row("a", 100.0, 40.0, 5000, scratch_bytes=2048),
+               _row("b", 90.0, 40.0, 6000, scratch_bytes=4096)]
+    assert "scratch KiB" not in format_table(fitting)
+    short = [fitting[0], _row("b", 90.0, 40.0, 900_000, fits=False, scratch_bytes=512_000)]
+    table = format_table(short)
+    head, line = table.splitlines()[1], table.splitlines()[-1]
+    assert "scratch KiB" in head
+    end = head.index("scratch KiB") + len("scratch KiB")  # numbers are right-aligned
+    assert line[end - len("500.0"):end] == "500.0"
+
+
 # -- the grid in worker processes, on Ray and in this process ---------------------------------
 @pytest.fixture(scope="module")
 def pool_grid():

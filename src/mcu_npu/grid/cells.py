@@ -63,7 +63,12 @@ class Row:
     partitions: int | None = None
     flash_bytes: int | None = None
     ram_bytes: int | None = None
+    scratch_bytes: int | None = None
+    """The NPU's scratch (its largest call's), part of ``ram_bytes``."""
     memory_placement: str | None = None
+    tightest_region: str | None = None
+    """The memory region with the least room left, and that room (negative: short by)."""
+    tightest_margin_bytes: int | None = None
     int16_ops: int | None = None
     sqnr_db: float | None = None
     reference_sqnr_db: float | None = None
@@ -150,7 +155,11 @@ def _compile_row(cell: Cell, asked: dict) -> Row:
                npu_share=round(npu / latency, 4) if latency and npu is not None else None,
                ops_on_npu=s["ops_on_npu"], ops_total=s["ops_total"],
                partitions=s["partitions"], flash_bytes=s.get("flash_bytes"),
-               ram_bytes=s.get("ram_bytes"), memory_placement=s.get("memory_placement"),
+               ram_bytes=s.get("ram_bytes"),
+               scratch_bytes=prog.report.memory.get("ram", {}).get("npu_scratch"),
+               memory_placement=s.get("memory_placement"),
+               tightest_region=s.get("tightest_region"),
+               tightest_margin_bytes=s.get("tightest_margin_bytes"),
                int16_ops=s.get("int16_ops"), sqnr_db=s.get("sqnr_db"),
                reference_sqnr_db=s.get("reference_sqnr_db"), top1_agreement=agreement,
                top1_samples=counted, host_only=bool(s.get("host_only")),

@@ -24,6 +24,7 @@ FIGURES: tuple[tuple[str, object], ...] = (
     ("placed in", lambda r: r.memory_placement or "-"),
     ("flash KiB", lambda r: _num(r.flash_bytes, "{:,.1f}", 1 / 1024)),
     ("RAM KiB", lambda r: _num(r.ram_bytes, "{:,.1f}", 1 / 1024)),
+    ("scratch KiB", lambda r: _num(r.scratch_bytes, "{:,.1f}", 1 / 1024)),
     ("SQNR dB", lambda r: _num(r.sqnr_db, "{:.2f}")),
     ("ref dB", lambda r: _num(r.reference_sqnr_db, "{:.2f}")),
     ("top-1", lambda r: "-" if r.top1_agreement is None else
@@ -34,13 +35,18 @@ FIGURES: tuple[tuple[str, object], ...] = (
 )
 """(heading, cell text of a compiled row)."""
 
-NUMERIC = {"latency us", "NPU time", "ops on NPU", "parts", "flash KiB", "RAM KiB", "SQNR dB",
+NUMERIC = {"latency us", "NPU time", "ops on NPU", "parts", "flash KiB", "RAM KiB",
+           "scratch KiB", "SQNR dB",
            "ref dB", "int16 ops", "state B", "rt margin us"}
 
 OPTIONAL = {"int16 ops": "int16_ops", "state B": "state_bytes",
             "rt margin us": "realtime_margin_us"}
 """Columns shown only when some row has a value: mixed precision, a stream's state and
 real-time margin."""
+
+SHOWN_WHEN = {"scratch KiB": lambda r: r.fits is False and bool(r.scratch_bytes)}
+"""Columns shown only when some row needs them: the NPU's scratch (part of the RAM) where a
+program does not fit, to tell its working memory from its buffers."""
 
 
 def _num(value, fmt: str, scale: float = 1) -> str:
@@ -68,8 +74,9 @@ def table_cells(rows: Sequence[Row]) -> tuple[dict[str, str], list[str], list[li
     """({field: value} the same on every row, the headings, each row's cell texts). A failed
     row has the asked-for cells and then one: ``error: ...``."""
     asked, fixed = varying(rows)
-    figures = [(h, f) for h, f in FIGURES if h not in OPTIONAL or
-               any(getattr(r, OPTIONAL[h]) is not None for r in rows)]
+    figures = [(h, f) for h, f in FIGURES
+               if (h not in OPTIONAL or any(getattr(r, OPTIONAL[h]) is not None for r in rows))
+               and (h not in SHOWN_WHEN or any(r.ok and SHOWN_WHEN[h](r) for r in rows))]
     head = [h for _, h in asked] + [h for h, _ in figures]
     body = []
     for r in rows:

@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-__all__ = ["DETECTORS", "yolov8", "yolov8_seg", "yolov8_pose", "yolov5", "ssd", "fomo"]
+__all__ = ["DETECTORS", "yolov8", "yolov8_seg", "yolov8_pose", "yolov5", "ssd", "fomo",
+           "yolov8_160", "yolov8_224", "yolov8_320"]
 
 
 def _conv(cin, cout, stride=1):
@@ -219,3 +220,19 @@ def fomo(size: int = 96, seed: int = 0):
 
 DETECTORS = {"yolov8": yolov8, "yolov8_seg": yolov8_seg, "yolov8_pose": yolov8_pose,
              "yolov5": yolov5, "ssd": ssd, "fomo": fomo}
+
+
+def yolov8_160():
+    """``yolov8`` at a 160x160 input, as a factory ``compare`` can name
+    (``"mcu_npu.models.detectors:yolov8_160"``)."""
+    return yolov8(160)
+
+
+def yolov8_224():
+    """``yolov8`` at a 224x224 input (a factory, as ``yolov8_160``)."""
+    return yolov8(224)
+
+
+def yolov8_320():
+    """``yolov8`` at a 320x320 input (a factory, as ``yolov8_160``)."""
+    return yolov8(320)
