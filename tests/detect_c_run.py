@@ -47,7 +47,7 @@ def run_c(plan, outputs, folder) -> list[tuple]:
     for name, text in detect_files(plan).items():
         (folder / name).write_text(text)
     integer = plan.integer
-    used = {plan.box.output, plan.score.output}
+    used = set(plan.used_outputs)
     arrays = "\n".join(_array(f"out{k}", outputs[k], integer) for k in sorted(used))
     names = ", ".join(f"out{k}" if k in used else "0" for k in range(plan.num_outputs))
     fmt = '"%lu %u' + (" %ld" * 5 if integer else " %a" * 5) + '\\n"'

@@ -5,6 +5,7 @@ for Cortex-M55 and M33 without heap or libm (issue 52, deliver 3)."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import warnings
@@ -78,6 +79,44 @@ def test_c_gives_the_host_detections(name, integer, tmp_path):
         assert 0 < len(host) < ANCHORS
         c = run_c(p, outs, tmp_path / str(len(options)) / "_".join(options))
         assert c == host_rows(host), options
+
+
+@pytest.mark.parametrize("integer", [True, False], ids=["int8", "float"])
+def test_c_reads_the_parts_of_a_split_output(integer, tmp_path):
+    """A YOLOv5-style (1, anchors, 5 + classes) output made of parts xy, wh, objectness and
+    class scores (each its own int8 scale, cat on the last dimension): the host and the C
+    read each channel from its part and agree; on float parts the detections are those of
+    the assembled output."""
+    from mcu_npu.device.output_parts import assemble as put_together
+
+    layout = DetectionLayout(classes=3, anchors_last=False, objectness=True)
+    g = torch.Generator().manual_seed(7)
+    n = ANCHORS
+    xy = torch.rand(2, n, generator=g) * 40
+    wh = 4 + torch.rand(2, n, generator=g) * 14
+    obj, cls = torch.rand(1, n, generator=g), torch.rand(3, n, generator=g)
+    floats = [xy, wh, obj, cls]
+    params = [(0.25, -100), (0.1, -60), (1 / 250, -125), (1 / 200, -100)]
+    parts = [t.t().unsqueeze(0).contiguous() for t in floats]  # (1, anchors, c) each
+    record = [{"cat": [{"part": k} for k in range(4)], "dim": 2}]
+    quant = []
+    if integer:
+        quant = [{"scale": sc, "zero_point": zp} for sc, zp in params]
+        parts = [torch.clamp(torch.round(t / sc) + zp, -128, 127).to(torch.int8)
+                 for t, (sc, zp) in zip(parts, params)]
+    for options in ({"score": 0.3}, {"score": 0.2, "class_agnostic": True, "iou": 0.3}):
+        p = plan(layout, output_specs(parts, quant), assemble=record, **options)
+        assert [b.output for b in p.boxes] == [0, 0, 1, 1] and p.objectness.output == 2
+        assert p.scores.output == 3 and p.scores.channel == 1 and p.scores.anchor == 3
+        host = detect(parts, layout, quant, assemble=record, **options)
+        assert 0 < len(host) < n
+        assert run_c(p, parts, tmp_path / str(len(options))) == host_rows(host)
+        if integer:
+            assert p.threshold == math.floor(options["score"] / (1 / 250 * 1 / 200))
+            assert [b.multiplier for b in p.boxes] == [4096, 4096, 1638, 1638]
+        else:
+            whole = put_together(record, parts)
+            assert host_rows(detect(whole, layout, **options)) == host_rows(host)
 
 
 @pytest.mark.parametrize("integer", [True, False], ids=["int8", "float"])
@@ -160,24 +199,44 @@ def detector():
     return model, images
 
 
+_PROGRAMS: dict = {}
+
+
+def compiled(detector, io: str):
+    """The detector compiled for corstone-300 with ``io`` (once per module)."""
+    if io not in _PROGRAMS:
+        model, images = detector
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            _PROGRAMS[io] = mcu_npu.compile(model, images[0], target="corstone-300",
+                                            calibration=images, io=io)
+    return _PROGRAMS[io]
+
+
+def raw_plan(prog, layout, image, **options):
+    """The plan ``save_detect_c`` writes: the program's raw outputs (its parts) with the
+    report's assemble record, the layout describing the model's output."""
+    raw = prog.run(*prog.quantize_inputs(*image), parts=True)
+    return plan(layout, output_specs(raw, prog.report.io),
+                assemble=prog.report.program_io.get("assemble"), **options)
+
+
 @pytest.mark.parametrize("io", ["int8", "float"])
 def test_compiled_detector_host_and_c_agree(detector, io, tmp_path):
-    model, images = detector
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        prog = mcu_npu.compile(model, images[0], target="corstone-300", calibration=images,
-                               io=io)
+    prog = compiled(detector, io)
+    _, images = detector
     layout = DetectionLayout(classes=3)
-    options = {"score": 0.5, "iou": 0.3, "max_boxes": 12}
+    # the scores, a part of their own (1/256 steps), sit between 0.5 and 0.6: at 0.545 some
+    # images fill max_boxes and some do not
+    options = {"score": 0.545, "iou": 0.3, "max_boxes": 12}
     header, source = prog.save_detect_c(tmp_path / "fw", layout=layout, **options)
     assert header.name == HEADER and source.name == SOURCE
-    p = plan(layout, output_specs(prog.run(*prog.quantize_inputs(*images[0])),
-                                  prog.report.io), **options)
+    p = raw_plan(prog, layout, images[0], **options)
     assert header.read_text() == detect_files(p)[HEADER]
     assert p.integer == (io == "int8")
     counts = []
     for k, image in enumerate(images):
-        outputs = prog.run(*prog.quantize_inputs(*image))
+        outputs = prog.run(*prog.quantize_inputs(*image), parts=True)
         dets = prog.detect(*image, layout=layout, **options)
         assert run_c(p, outputs, tmp_path / str(k)) == host_rows(dets)
         assert torch.all(dets.boxes[:, 2:] >= dets.boxes[:, :2])
@@ -188,11 +247,54 @@ def test_compiled_detector_host_and_c_agree(detector, io, tmp_path):
     assert any(n < min(m, 12) for n, m in counts)  # NMS dropped boxes
 
 
-def test_save_detect_c_refuses_a_file_name_and_a_wrong_layout(detector, tmp_path):
+@pytest.mark.parametrize("io", ["int8", "float"])
+def test_split_detector_c_host_and_float_model_agree(detector, io, tmp_path):
+    """The detector's (1, 7, 64) output leaves the program as parts xy (1, 2, 64), wh
+    (1, 2, 64) and scores (1, 3, 64), each in its own int8 scale: the layout still describes
+    the model's output, the C reads each channel from its part and gives the host's
+    detections exactly, and these are the float model's on most images."""
     model, images = detector
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        prog = mcu_npu.compile(model, images[0], target="corstone-300", calibration=images)
+    prog = compiled(detector, io)
+    assemble = prog.report.program_io.get("assemble")
+    assert [q["shape"] for q in prog.report.program_io["parts"]] == \
+        [[1, 2, 64], [1, 2, 64], [1, 3, 64]]
+    assert assemble == [{"cat": [{"part": 0}, {"part": 1}, {"part": 2}], "dim": 1}]
+    layout = DetectionLayout(classes=3)
+    options = {"score": 0.545, "iou": 0.3, "max_boxes": 12}
+    p = raw_plan(prog, layout, images[0], **options)
+    assert [b.output for b in p.boxes] == [0, 0, 1, 1] and p.scores.output == 2
+    assert [b.offset for b in p.boxes] == [0, 64, 0, 64] and p.num_outputs == 3
+    if io == "int8":
+        scales = [o["scale"] for o in prog.report.io["outputs"]]
+        assert scales[0] != scales[1]  # xy and wh: one common box unit, exact multipliers
+        top = max(scales[:2])
+        assert [b.multiplier for b in p.boxes] == \
+            [round(4096 * scales[k] / top) for k in (0, 0, 1, 1)]
+        assert p.box_unit == top / 8192
+        assert p.threshold == math.floor(0.545 / scales[2])  # in the score part's own scale
+    same = 0
+    for k, image in enumerate(images):
+        raw = prog.run(*prog.quantize_inputs(*image), parts=True)
+        assert len(raw) == 3
+        dets = prog.detect(*image, layout=layout, **options)
+        assert run_c(p, raw, tmp_path / str(k)) == host_rows(dets)
+        # what run returns (assembled for float I/O, the parts for int8) reads the same
+        ran = prog.run(*prog.quantize_inputs(*image))
+        assert host_rows(detect(ran, layout, prog.report.io, **options)) == host_rows(dets)
+        ref = detect([model(*image).detach()], layout, **options)
+        same += len(ref) == len(dets)
+        if len(ref) and len(dets):
+            assert int(dets.anchors[0]) == int(ref.anchors[0])
+            assert torch.allclose(dets.boxes[0], ref.boxes[0], atol=1.0)
+    assert same >= len(images) - 1
+    loaded = mcu_npu.load(prog.save(tmp_path / "detector.pte"))  # the report read with it
+    assert host_rows(loaded.detect(*images[0], layout=layout, **options)) == \
+        host_rows(prog.detect(*images[0], layout=layout, **options))
+
+
+def test_save_detect_c_refuses_a_file_name_and_a_wrong_layout(detector, tmp_path):
+    _, images = detector
+    prog = compiled(detector, "float")
     with pytest.raises(ConfigError, match="into a folder"):
         prog.save_detect_c(tmp_path / "detect.h", layout=DetectionLayout(classes=3))
     with pytest.raises(ConfigError, match="need 8 channels.*has 7"):

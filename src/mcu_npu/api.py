@@ -82,11 +82,16 @@ class CompiledProgram:
         """Run the program on ``inputs`` (float inputs are quantized for int8 I/O) and
         post-process its outputs as a detector's (``mcu_npu.detect.detect``: ``layout`` a
         ``DetectionLayout``; ``score=0.25, iou=0.45, max_boxes=100, max_candidates=1024,
-        class_agnostic=False``), integer-only on int8 outputs with the report's scales."""
+        class_agnostic=False``), integer-only on int8 outputs with the report's scales. It
+        reads the program's raw outputs as the C of ``save_detect_c`` does: for a program
+        that split a mixed-range output into parts, ``layout`` still describes the model's
+        output and each channel is read from its part, with that part's scale."""
         from .detect import detect
+        from .firmware.detect_c import program_assemble
 
-        outputs = self.run(*self.quantize_inputs(*inputs))
-        return detect(outputs, layout, self.report.io, **options)
+        outputs = self.run(*self.quantize_inputs(*inputs), parts=True)
+        return detect(outputs, layout, self.report.io, assemble=program_assemble(self.report),
+                      **options)
 
     def save_detect_c(self, directory: str | os.PathLike, *, layout, **options):
         """Write the detector post-processing in C, ``mcu_npu_detect.h`` and ``.c``, into
@@ -130,10 +135,13 @@ class CompiledProgram:
 
     def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
             debug_buffer: str | os.PathLike | None = None,
-            runtime: str = "host", bundled_input_index: int | None = None) \
-            -> list[torch.Tensor]:
+            runtime: str = "host", bundled_input_index: int | None = None,
+            parts: bool = False) -> list[torch.Tensor]:
         """Execute the ``.pte``; with ``io="int8"`` it takes and returns int8 tensors (see
-        ``quantize_inputs`` / ``dequantize_outputs``). ``etdump``: write the run's ETDump
+        ``quantize_inputs`` / ``dequantize_outputs``). A program that split a mixed-range
+        output into parts returns the model's outputs put back together with float I/O, the
+        parts with int8 I/O; ``parts=True``: the parts in both cases, the program's raw
+        outputs as a firmware reads them. ``etdump``: write the run's ETDump
         there (``devtools.etdump``), and with ``debug_buffer`` its intermediate outputs;
         ``bundled_input_index``: which of the ETRecord's representative inputs ``inputs``
         are (0: the compile's example inputs), so ``Inspector`` pairs the run with its
@@ -147,7 +155,8 @@ class CompiledProgram:
             _records_the_host(runtime)
             return _record(self._program._program, inputs, self.report, etdump, debug_buffer,
                            bundled_input_index)
-        return _assembled(self.report, self._program.run(*inputs, runtime=runtime))
+        outputs = self._program.run(*inputs, runtime=runtime)
+        return outputs if parts else _assembled(self.report, outputs)
 
     def reset_state(self) -> None:
         """Put the program's state (the buffers a stateful model writes in place, kept
@@ -348,8 +357,8 @@ class LoadedProgram:
 
     def run(self, *inputs: torch.Tensor, etdump: str | os.PathLike | None = None,
             debug_buffer: str | os.PathLike | None = None,
-            runtime: str = "host", bundled_input_index: int | None = None) \
-            -> list[torch.Tensor]:
+            runtime: str = "host", bundled_input_index: int | None = None,
+            parts: bool = False) -> list[torch.Tensor]:
         """See ``CompiledProgram.run`` (the ETDump's times come from the companion's
         report)."""
         from .runtime.executorch import run_with
@@ -359,8 +368,11 @@ class LoadedProgram:
                 _records_the_host(runtime)
                 return _record(self._program, inputs, self.report, etdump, debug_buffer,
                                bundled_input_index)
+            outputs = run_with(runtime, self._program, inputs)
+            if parts:
+                return outputs
             return _assembled(self._companion.report if self._companion is not None else None,
-                              run_with(runtime, self._program, inputs))
+                              outputs)
         except HostDataMissingError:
             if self._companion_name is None:
                 raise
@@ -406,6 +418,17 @@ class LoadedProgram:
         from .devtools.partitions import export
 
         return export(self._program, report if report is not None else self.report, directory)
+
+    def detect(self, *inputs: torch.Tensor, layout, **options):
+        """See ``CompiledProgram.detect`` (the int8 parameters and the record of a split
+        output from the report read with the program)."""
+        from .detect import detect
+        from .firmware.detect_c import program_assemble
+
+        report = self.report
+        outputs = self.run(*self.quantize_inputs(*inputs), parts=True)
+        return detect(outputs, layout, report.io if report else {},
+                      assemble=program_assemble(report), **options)
 
     def quantize_inputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """See ``CompiledProgram.quantize_inputs`` (uses the report read with the program)."""

@@ -11,10 +11,16 @@ C99, no heap and no libm: the caller passes the work area (``mcu_npu_detect_work
     const int8_t *outs[MCU_NPU_DETECT_NUM_OUTPUTS] = {out0};   // the program's outputs
     int n = mcu_npu_detect(outs, &work, dets);
 
-On int8 outputs everything is integer (int32, int64 for the IoU test): boxes in half steps
-of the box output's scale (``MCU_NPU_DETECT_BOX_UNIT``), scores as integers
-(``MCU_NPU_DETECT_SCORE_UNIT`` each). On float outputs the arithmetic is float32, each
-product rounded as on the host: the source turns floating-point contraction (fused
+``outputs`` are the program's raw output buffers: for a program that split a mixed-range
+output into parts (boxes and scores each in their own scale), the parts; the header says
+where each box coordinate, the objectness and the class scores are in them
+(``BOX<c>_OUTPUT`` / ``_OFFSET`` / ``_ANCHOR_STRIDE``, ``OBJ_*``, ``CLS_*``).
+
+On int8 outputs everything is integer (int32, int64 for areas and the IoU test): boxes in
+half steps of the box scale, or of a common unit when the coordinates come from parts of
+different scales (each part's values times ``BOX<c>_MULT``; ``MCU_NPU_DETECT_BOX_UNIT``),
+scores as integers (``MCU_NPU_DETECT_SCORE_UNIT`` each). On float outputs the arithmetic
+is float32, each product rounded as on the host: the source turns floating-point contraction (fused
 multiply-add) off for GCC and clang whatever the build's ``-ffp-contract``.
 """
 
@@ -60,15 +66,20 @@ def header_text(p: Plan) -> str:
                                            "0: corners"),
         ("OBJECTNESS", int(lay.objectness), "1: score = objectness * class score"),
         ("CLASS_AGNOSTIC", int(p.class_agnostic), "1: NMS across classes"),
-        ("BOX_OUTPUT", p.box.output, None),
-        ("BOX_OFFSET", p.box.offset, "element of channel 0, anchor 0"),
-        ("BOX_CHANNEL_STRIDE", p.box.channel, None),
-        ("BOX_ANCHOR_STRIDE", p.box.anchor, None),
-        ("SCORE_OUTPUT", p.score.output, None),
-        ("SCORE_OFFSET", p.score.offset, "objectness (if any), then the classes"),
-        ("SCORE_CHANNEL_STRIDE", p.score.channel, None),
-        ("SCORE_ANCHOR_STRIDE", p.score.anchor, None),
     ]
+    names = ("x", "y", "w", "h") if lay.boxes == "xywh" else ("x1", "y1", "x2", "y2")
+    for c, part in enumerate(p.boxes):
+        d += [(f"BOX{c}_OUTPUT", part.output, f"box coordinate {c} ({names[c]})"),
+              (f"BOX{c}_OFFSET", part.offset, "element of anchor 0" if c == 0 else None),
+              (f"BOX{c}_ANCHOR_STRIDE", part.anchor, None)]
+    obj = p.objectness if p.objectness is not None else p.scores
+    d += [("OBJ_OUTPUT", obj.output, "objectness (unused without OBJECTNESS)"),
+          ("OBJ_OFFSET", obj.offset, None),
+          ("OBJ_ANCHOR_STRIDE", obj.anchor, None),
+          ("CLS_OUTPUT", p.scores.output, "class scores"),
+          ("CLS_OFFSET", p.scores.offset, "element of class 0, anchor 0"),
+          ("CLS_CHANNEL_STRIDE", p.scores.channel, None),
+          ("CLS_ANCHOR_STRIDE", p.scores.anchor, None)]
     lines = [
         "/* Detector post-processing written by mcu-npu: score threshold, top-k and",
         " * class-wise NMS on the program's outputs, as mcu_npu.detect does on the host.",
@@ -83,9 +94,12 @@ def header_text(p: Plan) -> str:
     for name, val, note in d:
         lines.append(f"#define {PREFIX}_{name} {val}" + (f"  /* {note} */" if note else ""))
     if integer:
+        for c, part in enumerate(p.boxes):
+            lines += [f"#define {PREFIX}_BOX{c}_ZERO_POINT ({part.zero_point})",
+                      f"#define {PREFIX}_BOX{c}_MULT ({part.multiplier})"]
         lines += [
-            f"#define {PREFIX}_BOX_ZERO_POINT ({p.box.zero_point})",
-            f"#define {PREFIX}_SCORE_ZERO_POINT ({p.score.zero_point})",
+            f"#define {PREFIX}_OBJ_ZERO_POINT ({obj.zero_point})",
+            f"#define {PREFIX}_CLS_ZERO_POINT ({p.scores.zero_point})",
             f"/* a candidate's integer score is greater than this: floor({p.score_float!r} / "
             f"{p.score_unit!r}) */",
             f"#define {PREFIX}_SCORE_THRESHOLD ({p.threshold}L)",
@@ -105,9 +119,11 @@ def header_text(p: Plan) -> str:
         "",
         f"typedef {elem} mcu_npu_detect_elem_t;    /* an output element */",
         f"typedef {value} mcu_npu_detect_value_t;  /* a box coordinate or a score */",
+        f"typedef {'int64_t' if integer else 'float'} mcu_npu_detect_area_t;  "
+        "/* an area, intersection or union */",
         "",
         "/* one detection: corners x1, y1, x2, y2" +
-        (" in half steps of the box output's scale (times BOX_UNIT: the output's units)"
+        (" in steps of BOX_UNIT (times it: the output's units)"
          if integer else " in the output's units") + " */",
         "typedef struct {",
         "    mcu_npu_detect_value_t x1, y1, x2, y2;",
@@ -152,23 +168,29 @@ SOURCE_TEXT = r"""/* Detector post-processing written by mcu-npu (see mcu_npu_de
 #endif
 
 typedef mcu_npu_detect_value_t value_t;
+typedef mcu_npu_detect_area_t area_t;
 typedef mcu_npu_detect_candidate_t cand_t;
 
+/* element of channel X (BOX0..BOX3, OBJ) at anchor a */
+#define AT(X, a) (outputs[MCU_NPU_DETECT_##X##_OUTPUT][MCU_NPU_DETECT_##X##_OFFSET + \
+                  (uint32_t)MCU_NPU_DETECT_##X##_ANCHOR_STRIDE * (a)])
 #if MCU_NPU_DETECT_INT8
-#define BOX_VALUE(p) ((int32_t)(p) - MCU_NPU_DETECT_BOX_ZERO_POINT)
-#define SCORE_VALUE(p) ((int32_t)(p) - MCU_NPU_DETECT_SCORE_ZERO_POINT)
+#define VALUE(X, a) ((int32_t)AT(X, a) - MCU_NPU_DETECT_##X##_ZERO_POINT)
+#define BOX_VALUE(c, a) (VALUE(BOX##c, a) * MCU_NPU_DETECT_BOX##c##_MULT)
+#define CLS_VALUE(p) ((int32_t)(p) - MCU_NPU_DETECT_CLS_ZERO_POINT)
 #define ZERO 0
 #else
-#define BOX_VALUE(p) (p)
-#define SCORE_VALUE(p) (p)
+#define VALUE(X, a) (AT(X, a))
+#define BOX_VALUE(c, a) (VALUE(BOX##c, a))
+#define CLS_VALUE(p) (p)
 #define ZERO 0.0f
 #endif
 
-#define BOX_AT(b, c) ((b)[(c) * MCU_NPU_DETECT_BOX_CHANNEL_STRIDE])
-#define SCORE_AT(s, c) ((s)[(c) * MCU_NPU_DETECT_SCORE_CHANNEL_STRIDE])
+#define CLS_AT(s, c) ((s)[(uint32_t)(c) * MCU_NPU_DETECT_CLS_CHANNEL_STRIDE])
 
 static value_t min_v(value_t a, value_t b) { return a < b ? a : b; }
 static value_t max_v(value_t a, value_t b) { return a > b ? a : b; }
+static area_t max_a(area_t a, area_t b) { return a > b ? a : b; }
 
 /* a ranks below b: lower score, or the same score and a later anchor */
 static int worse(const cand_t *a, const cand_t *b)
@@ -199,11 +221,11 @@ static void sift_up(cand_t *h, uint32_t i)
     }
 }
 
-static void decode(const mcu_npu_detect_elem_t *bp, uint32_t a, value_t box[4])
+static void decode(const mcu_npu_detect_elem_t *const outputs[MCU_NPU_DETECT_NUM_OUTPUTS],
+                   uint32_t a, value_t box[4])
 {
-    const mcu_npu_detect_elem_t *b = bp + (uint32_t)MCU_NPU_DETECT_BOX_ANCHOR_STRIDE * a;
-    value_t v0 = BOX_VALUE(BOX_AT(b, 0)), v1 = BOX_VALUE(BOX_AT(b, 1));
-    value_t v2 = BOX_VALUE(BOX_AT(b, 2)), v3 = BOX_VALUE(BOX_AT(b, 3));
+    value_t v0 = BOX_VALUE(0, a), v1 = BOX_VALUE(1, a);
+    value_t v2 = BOX_VALUE(2, a), v3 = BOX_VALUE(3, a);
 #if MCU_NPU_DETECT_INT8
 #if MCU_NPU_DETECT_XYWH
     box[0] = 2 * v0 - v2; box[1] = 2 * v1 - v3; box[2] = 2 * v0 + v2; box[3] = 2 * v1 + v3;
@@ -220,25 +242,25 @@ static void decode(const mcu_npu_detect_elem_t *bp, uint32_t a, value_t box[4])
 #endif
 }
 
-static value_t area(value_t x1, value_t y1, value_t x2, value_t y2)
+static area_t area(value_t x1, value_t y1, value_t x2, value_t y2)
 {
-    value_t w = x2 - x1, h = y2 - y1;
-    return max_v(w, ZERO) * max_v(h, ZERO);
+    area_t w = (area_t)x2 - (area_t)x1, h = (area_t)y2 - (area_t)y1;
+    return max_a(w, ZERO) * max_a(h, ZERO);
 }
 
 /* IoU of box and det greater than the threshold */
-static int overlaps(const value_t box[4], value_t box_area, const mcu_npu_detection_t *d)
+static int overlaps(const value_t box[4], area_t box_area, const mcu_npu_detection_t *d)
 {
-    value_t iw = min_v(d->x2, box[2]) - max_v(d->x1, box[0]);
-    value_t ih = min_v(d->y2, box[3]) - max_v(d->y1, box[1]);
+    area_t iw = (area_t)min_v(d->x2, box[2]) - (area_t)max_v(d->x1, box[0]);
+    area_t ih = (area_t)min_v(d->y2, box[3]) - (area_t)max_v(d->y1, box[1]);
     if (!(iw > ZERO) || !(ih > ZERO)) return 0;
-    value_t inter = iw * ih;
-    value_t uni = box_area + area(d->x1, d->y1, d->x2, d->y2);
+    area_t inter = iw * ih;
+    area_t uni = box_area + area(d->x1, d->y1, d->x2, d->y2);
     uni = uni - inter;
 #if MCU_NPU_DETECT_INT8
-    return (int64_t)inter * MCU_NPU_DETECT_IOU_DEN > MCU_NPU_DETECT_IOU_NUM * (int64_t)uni;
+    return inter * MCU_NPU_DETECT_IOU_DEN > MCU_NPU_DETECT_IOU_NUM * uni;
 #else
-    value_t limit = MCU_NPU_DETECT_IOU * uni;
+    area_t limit = MCU_NPU_DETECT_IOU * uni;
     return inter > limit;
 #endif
 }
@@ -247,26 +269,25 @@ int mcu_npu_detect(const mcu_npu_detect_elem_t *const outputs[MCU_NPU_DETECT_NUM
                    mcu_npu_detect_work_t *work,
                    mcu_npu_detection_t dets[MCU_NPU_DETECT_MAX_BOXES])
 {
-    const mcu_npu_detect_elem_t *bp = outputs[MCU_NPU_DETECT_BOX_OUTPUT] +
-                                      MCU_NPU_DETECT_BOX_OFFSET;
-    const mcu_npu_detect_elem_t *sp = outputs[MCU_NPU_DETECT_SCORE_OUTPUT] +
-                                      MCU_NPU_DETECT_SCORE_OFFSET;
+    const mcu_npu_detect_elem_t *sp = outputs[MCU_NPU_DETECT_CLS_OUTPUT] +
+                                      MCU_NPU_DETECT_CLS_OFFSET;
     cand_t *h = work->cand;
     uint32_t n = 0u, a, i;
     int kept = 0;
 
     /* candidates: the MAX_CANDIDATES best over the threshold, in a heap worst first */
     for (a = 0u; a < (uint32_t)MCU_NPU_DETECT_ANCHORS; a++) {
-        const mcu_npu_detect_elem_t *s = sp + (uint32_t)MCU_NPU_DETECT_SCORE_ANCHOR_STRIDE * a;
-        value_t best = SCORE_VALUE(SCORE_AT(s, MCU_NPU_DETECT_OBJECTNESS));
-        uint16_t cls = 0u, c;
-        for (c = 1u; c < (uint16_t)MCU_NPU_DETECT_CLASSES; c++) {
-            value_t v = SCORE_VALUE(SCORE_AT(s, MCU_NPU_DETECT_OBJECTNESS + c));
-            if (v > best) { best = v; cls = c; }
+        const mcu_npu_detect_elem_t *s = sp + (uint32_t)MCU_NPU_DETECT_CLS_ANCHOR_STRIDE * a;
+        value_t best = CLS_VALUE(CLS_AT(s, 0));
+        uint16_t cls = 0u;
+        uint32_t c;
+        for (c = 1u; c < (uint32_t)MCU_NPU_DETECT_CLASSES; c++) {
+            value_t v = CLS_VALUE(CLS_AT(s, c));
+            if (v > best) { best = v; cls = (uint16_t)c; }
         }
 #if MCU_NPU_DETECT_OBJECTNESS
         {
-            value_t obj = SCORE_VALUE(SCORE_AT(s, 0));
+            value_t obj = VALUE(OBJ, a);
 #if MCU_NPU_DETECT_INT8
             best = max_v(obj, 0) * max_v(best, 0);
 #else
@@ -295,8 +316,8 @@ int mcu_npu_detect(const mcu_npu_detect_elem_t *const outputs[MCU_NPU_DETECT_NUM
     for (i = 0u; i < n && kept < MCU_NPU_DETECT_MAX_BOXES; i++) {
         value_t box[4];
         int j, dropped = 0;
-        decode(bp, h[i].anchor, box);
-        value_t box_area = area(box[0], box[1], box[2], box[3]);
+        decode(outputs, h[i].anchor, box);
+        area_t box_area = area(box[0], box[1], box[2], box[3]);
         for (j = 0; j < kept && !dropped; j++) {
 #if !MCU_NPU_DETECT_CLASS_AGNOSTIC
             if (dets[j].cls != h[i].cls) continue;
@@ -343,19 +364,28 @@ def output_specs(buffer: bytes, report) -> list[dict]:
     return specs
 
 
+def program_assemble(report):
+    """The report's record of how the program's parts make the model's outputs (None when
+    no output was split): the post-processing's layout describes the model's outputs."""
+    return ((getattr(report, "program_io", None) or {}) if report is not None else {}) \
+        .get("assemble") or None
+
+
 def write_detect_c(directory, buffer: bytes, report, layout, *, score: float = 0.25,
                    iou: float = 0.45, max_boxes: int = 100,
                    max_candidates: int = DEFAULT_MAX_CANDIDATES,
                    class_agnostic: bool = False) -> tuple[Path, Path]:
     """Write ``mcu_npu_detect.h`` and ``mcu_npu_detect.c`` into ``directory`` (both or
     neither) for the program ``buffer`` with ``report`` (``mcu_npu.detect.plan`` for the
-    other arguments); returns their paths."""
+    other arguments; ``layout`` describes the model's outputs, found in the program's parts
+    with the report's assemble record); returns their paths."""
     directory = Path(os.fspath(directory))
     if directory.suffix in (".h", ".c"):
         raise ConfigError(f"save_detect_c writes two files into a folder, not to "
                           f"'{directory}': give the folder (it writes {HEADER} and {SOURCE})")
     p = plan(layout, output_specs(buffer, report), score=score, iou=iou, max_boxes=max_boxes,
-             max_candidates=max_candidates, class_agnostic=class_agnostic)
+             max_candidates=max_candidates, class_agnostic=class_agnostic,
+             assemble=program_assemble(report))
     files = detect_files(p)
     paths = write_all([(directory / name, text.encode("ascii")) for name, text in files.items()])
     return paths[0], paths[1]
