@@ -101,10 +101,14 @@ class ProgramState:
         return [t.as_dict() for t in self.tensors]
 
 
+def leaves(value):
+    """The items of a (nested) list or tuple of outputs, in order; a single value alone."""
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from leaves(v)
+    else:
+        yield value
+
+
 def _flat(result) -> list:
-    if isinstance(result, torch.Tensor):
-        return [result]
-    out = []
-    for r in result:
-        out.extend(_flat(r) if isinstance(r, (list, tuple)) else [r])
-    return out
+    return list(leaves(result))

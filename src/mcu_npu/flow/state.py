@@ -17,7 +17,7 @@ from ..errors import stage
 from ..passes.aten._recurrent import STATE_OF
 from ..passes.aten.lift_state import LiftState
 from ..passes.edge.state_as_buffers import StateAsBuffers
-from ..program_state import ProgramState
+from ..program_state import ProgramState, leaves
 from .inputs import Arguments
 
 STATE_HINT = "keep the model's state in registered buffers written with copy_, or report it"
@@ -66,7 +66,7 @@ def io_state_pairs(graph: GraphModule) -> list[tuple[int, int]]:
     inputs = [n for n in graph.graph.nodes if n.op == "placeholder"]
     placeholders = {n.name: i for i, n in enumerate(inputs)}
     pairs = []
-    for j, out in enumerate(_leaves(graph.graph.output_node().args[0])):
+    for j, out in enumerate(leaves(graph.graph.output_node().args[0])):
         source = out.meta.get(STATE_OF) if isinstance(out, Node) else None
         if source in placeholders and _shape(inputs[placeholders[source]]) == _shape(out):
             pairs.append((placeholders[source], j))
@@ -77,13 +77,6 @@ def _shape(node: Node):
     val = node.meta.get("val")
     return tuple(val.shape) if val is not None else None
 
-
-def _leaves(value):
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _leaves(v)
-    else:
-        yield value
 
 
 def state_as_buffers(edge, state: ProgramState | None) -> ProgramState | None:

@@ -15,6 +15,8 @@ from contextvars import ContextVar
 import torch
 from torch.fx import GraphModule, Node
 
+from ..program_state import leaves
+
 _PAIRS: ContextVar[tuple[tuple[int, int], ...]] = ContextVar("mcu_npu_state_pairs", default=())
 
 
@@ -35,7 +37,7 @@ def tie_state_observers(prepared: GraphModule) -> None:
     if not pairs:
         return
     placeholders = [n for n in prepared.graph.nodes if n.op == "placeholder"]
-    outputs = list(_leaves(prepared.graph.output_node().args[0]))
+    outputs = list(leaves(prepared.graph.output_node().args[0]))
     for read, written in pairs:
         if read >= len(placeholders) or written >= len(outputs):
             continue
@@ -70,10 +72,3 @@ def _observer(prepared: GraphModule, node) -> object | None:
     observer = getattr(observer, "activation_post_process", observer)  # fake quant
     return observer if hasattr(observer, "min_val") or hasattr(observer, "scale") else None
 
-
-def _leaves(value):
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _leaves(v)
-    else:
-        yield value

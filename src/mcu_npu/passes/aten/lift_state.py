@@ -35,7 +35,7 @@ from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 from torch.utils import _pytree as pytree
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from mcu_npu.program_state import ProgramState, StateTensor
+from mcu_npu.program_state import ProgramState, StateTensor, leaves
 
 aten = torch.ops.aten
 
@@ -57,7 +57,7 @@ class LiftState(PassBase):
                     and node.args[0].target in buffers:
                 writes[node.args[0].target] = node
         output = graph.output_node()
-        user_outputs = list(_leaves(output.args[0]))
+        user_outputs = list(leaves(output.args[0]))
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         self.state = ProgramState((), len(placeholders), len(user_outputs))
         if not writes:
@@ -105,13 +105,6 @@ def _flat_signature(gm: GraphModule, inputs: int, outputs: int) -> None:
     if hasattr(gm, "_in_spec"):
         gm._in_spec, gm._out_spec = in_spec, out_spec
 
-
-def _leaves(value):
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _leaves(v)
-    else:
-        yield value
 
 
 def _drop_buffer(module: torch.nn.Module, name: str) -> None:
