@@ -170,6 +170,30 @@ def test_rejection_names_the_node_and_gives_velas_reason(converted):
     assert vela_rejections(model, U85) == {}  # the U85 runs stride 4 depthwise convolutions
 
 
+class Overflow(torch.nn.Module):
+    """A feature map of range about 1e15: its int8 scale (about 1e13) is beyond what Regor's
+    scale and shift hold, a check Regor reports without naming the operator."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)) * 1e15)
+
+
+def test_reason_vela_gives_without_naming_the_operator():
+    torch.manual_seed(0)
+    _, model, edge = convert_module(Overflow(), (torch.randn(1, 3, 16, 16),))
+    names = [n.name for n in edge.exported_program().graph.nodes]
+    mul, conv = (next(n for n in names if n.startswith(op))
+                 for op in ("aten_mul_tensor", "aten_convolution_default_1"))
+    reason = ("Vela: Quantization scale of any tensor must be positive. (given for the "
+              "partition, not per operator)")
+    assert vela_rejections(model, U85) == {mul: reason, conv: reason}
+
+
 def test_compile_error_names_the_node_vela_leaves_to_the_cpu(converted):
     model, _, graph = converted["dw_stride4"]
     with pytest.raises(NpuCompilerError, match="without passthrough/CPU operations") as err:
