@@ -20,18 +20,40 @@ PASS_FAILURES_KEY = "mcu_npu_pass_failures"
 
 def run_passes(passes, model: GraphModule) -> GraphModule:
     """``model`` rewritten by each of ``passes`` in turn (an fx ``PassBase`` returning a
-    ``PassResult`` or None); one that raises is skipped, its failure recorded."""
+    ``PassResult`` or None); one that raises is skipped, its failure recorded. The graph is
+    copied once, before the first pass: a pass that fails (rarely) is undone by making the
+    graph again from that copy with the passes before it (they are deterministic), rather
+    than by copying the graph before every pass, which on an unrolled recurrent graph cost
+    more than the passes themselves."""
+    start, done, failed = _snapshot(model), [], []
     for p in passes:
-        graph, attrs, meta = _snapshot(model)
         try:
             result = p(model)
         except McuNpuError:
             raise
         except Exception as exc:  # noqa: BLE001  (a pass may fail on any type)
-            model = GraphModule(attrs, graph, model.__class__.__name__)
-            model.meta.update(meta)
-            record_failure(model, pass_failure(type(p).__name__, exc))
+            failed.append(pass_failure(type(p).__name__, exc))
+            model = _replayed(start, done)
             continue
+        model = result.graph_module if result is not None else model
+        done.append(p)
+    for line in failed:
+        record_failure(model, line)
+    return model
+
+
+def _replayed(start, done) -> GraphModule:
+    """The graph module ``start`` (a ``_snapshot``) holds, rewritten again by ``done``."""
+    graph, attrs, meta = start
+    fresh = Graph()
+    fresh._codegen = copy.deepcopy(graph._codegen)
+    fresh.output(fresh.graph_copy(graph, {}))
+    (old,), (new,) = [[n for n in g.nodes if n.op == "output"] for g in (graph, fresh)]
+    new.meta = dict(old.meta)
+    model = GraphModule(dict(attrs), fresh, "GraphModule")
+    model.meta.update(meta)
+    for p in done:
+        result = p(model)
         model = result.graph_module if result is not None else model
     return model
 
