@@ -40,7 +40,7 @@ import warnings
 import torch
 
 import mcu_npu
-from mcu_npu.models.streaming import ds_cnn_stream, example_sequence, gru_kws
+from mcu_npu.models.streaming import DelayRing, ds_cnn_stream, example_sequence, gru_kws
 from mcu_npu.report.metrics import sqnr_db
 
 MODELS = {"gru_kws": (gru_kws, 10), "ds_cnn_stream": (ds_cnn_stream, 40)}
@@ -78,17 +78,6 @@ def sequence_row(model, features: int, target: str) -> dict:
             "us": s.get("latency_us"), "sqnr": s.get("sqnr_db")}
 
 
-class _DelayRing(torch.nn.Module):
-    def __init__(self, channels=10, length=4):
-        super().__init__()
-        self.register_buffer("ring", torch.zeros(1, channels, length))
-
-    def forward(self, x):
-        window = torch.cat([self.ring, x], dim=2)
-        self.ring.copy_(window[:, :, 1:])
-        return window[:, :, :1]
-
-
 def drift(calls: int) -> None:
     """The state over a long stream: windowed SQNR of a GRU stream, exactness of a ring."""
     model = gru_kws()
@@ -110,7 +99,7 @@ def drift(calls: int) -> None:
                for a in range(0, calls - window + 1, window)]
     print(f"GRU stream, {calls:,} calls, SQNR per {window:,}-call window (dB): "
           + " ".join(f"{x:.2f}" for x in figures))
-    ring = _DelayRing()
+    ring = DelayRing(channels=10)
     prog = mcu_npu.compile(ring, frames[0], target="corstone-300",
                            calibration=frames[:CALIBRATION], progress=False)
     (state,) = prog.report.state

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import mcu_npu
-from mcu_npu.models.streaming import causal_tcn, example_sequence, gru_kws
+from mcu_npu.models.streaming import DelayRing, causal_tcn, example_sequence, gru_kws
 from mcu_npu.report.metrics import sqnr_db
 from stream_models import BUFFERED, CellIO, LSTMCellIO, OneStepGRU, carried, frames
 
@@ -110,20 +110,6 @@ def test_state_as_program_io_keeps_one_encoding(cls, target):
         acc["reference_sqnr_db"] - 6.0
 
 
-class RingDelay(torch.nn.Module):
-    """Returns the frame it was given ``length`` calls ago: every value goes round the
-    ring's loop (read, shifted, written back) ``length`` times before it comes out."""
-
-    def __init__(self, channels=8, length=4):
-        super().__init__()
-        self.register_buffer("ring", torch.zeros(1, channels, length))
-
-    def forward(self, x):
-        window = torch.cat([self.ring, x], dim=2)
-        self.ring.copy_(window[:, :, 1:])
-        return window[:, :, :1]
-
-
 @pytest.mark.slow
 def test_state_does_not_drift_over_a_long_stream():
     """A value round the loop is read in the encoding it was written in, so it is never
@@ -131,7 +117,7 @@ def test_state_does_not_drift_over_a_long_stream():
     in ``length`` calls before (frames on the state's int8 grid, so nothing is rounded on
     the way in)."""
     torch.manual_seed(0)
-    model, length = RingDelay().eval(), 4
+    model, length = DelayRing().eval(), 4
     prog = _compile(model, frames((1, 8, 1), 64, seed=3), "corstone-300")
     (state,) = prog.report.state
     assert state["dtype"] == "int8"

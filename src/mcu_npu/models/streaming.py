@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["causal_tcn", "gru_kws", "ds_cnn_stream", "example_sequence"]
+__all__ = ["causal_tcn", "gru_kws", "ds_cnn_stream", "DelayRing", "example_sequence"]
 
 
 class _Chomp(nn.Module):
@@ -103,6 +103,21 @@ class DSCNNStream(nn.Module):
 
     def forward(self, x):  # (N, features, T)
         return self.head(self.blocks(self.front(x)).mean(-1))
+
+
+class DelayRing(nn.Module):
+    """Returns the frame it was given ``length`` calls ago: every value goes round the
+    ring's loop (read, shifted, written back) ``length`` times before it comes out, which
+    shows whether a program's state is requantized on its way round."""
+
+    def __init__(self, channels: int = 8, length: int = 4):
+        super().__init__()
+        self.register_buffer("ring", torch.zeros(1, channels, length))
+
+    def forward(self, x):  # (1, channels, 1)
+        window = torch.cat([self.ring, x], dim=2)
+        self.ring.copy_(window[:, :, 1:])
+        return window[:, :, :1]
 
 
 def _settle(model: nn.Module, seed: int) -> nn.Module:

@@ -82,3 +82,11 @@ def is_float(node: Node) -> bool:
 def dtype_name(dtype) -> str:
     """``int8`` for ``torch.int8``."""
     return str(dtype).removeprefix("torch.")
+
+
+def set_outputs(output: Node, values) -> None:
+    """Make ``values`` what graph output node ``output`` returns, its fake values alike."""
+    output.args = (type(output.args[0])(values),)
+    if isinstance(output.meta.get("val"), (list, tuple)):
+        output.meta["val"] = type(output.meta["val"])(
+            v.meta.get("val") if isinstance(v, Node) else v for v in output.args[0])

@@ -30,7 +30,7 @@ from torch.fx import Node
 
 from mcu_npu.errors import UnsupportedModelError
 from mcu_npu.passes.edge._io import (DEQUANTIZE, IOQuantization, as_is, describe, dtype_name,
-                                     is_float, op_key, qparams)
+                                     is_float, op_key, qparams, set_outputs)
 
 
 class RemoveOutputDequantize(ExportedProgramPassBase):
@@ -63,10 +63,7 @@ class RemoveOutputDequantize(ExportedProgramPassBase):
         for position, node in rewrites:
             values[position] = node.args[0]
             specs[position].arg = TensorArgument(name=node.args[0].name)
-        output.args = (type(output.args[0])(values),)
-        if isinstance(output.meta.get("val"), (list, tuple)):
-            output.meta["val"] = type(output.meta["val"])(
-                v.meta.get("val") if isinstance(v, Node) else v for v in values)
+        set_outputs(output, values)
         for node in dict.fromkeys(node for _, node in rewrites):
             if not node.users:
                 graph.erase_node(node)

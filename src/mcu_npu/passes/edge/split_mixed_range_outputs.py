@@ -29,7 +29,7 @@ from torch.export.graph_signature import OutputKind, OutputSpec, TensorArgument
 from torch.fx import Node
 
 from mcu_npu.graph.ids import node_id
-from mcu_npu.passes.edge._io import DEQUANTIZE, op_key
+from mcu_npu.passes.edge._io import DEQUANTIZE, op_key, set_outputs
 
 _CAT = "aten.cat.default"
 _VIEWS = {"aten.view_copy.default", "aten.view.default", "aten._unsafe_view.default",
@@ -76,14 +76,10 @@ class SplitMixedRangeOutputs(ExportedProgramPassBase):
                                        "val", _NoShape).shape)})
             self.assemble.append(_numbered(expr, numbers, leaves[0]))
         tail = _ancestors([values[p] for p in user])
-        output.args = (type(output.args[0])(values[:user[0]] + parts),)
+        set_outputs(output, values[:user[0]] + parts)
         del specs[user[0]:]
         specs += [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(name=p.name), None)
                   for p in parts]
-        if isinstance(output.meta.get("val"), (list, tuple)):
-            output.meta["val"] = type(output.meta["val"])(
-                v.meta.get("val") if isinstance(v, Node) else v
-                for v in output.args[0])
         for node in reversed(list(graph.nodes)):
             if node.op == "call_function" and not node.users and node in tail:
                 self.removed.append(node_id(node) or node.name)

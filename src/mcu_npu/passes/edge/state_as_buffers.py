@@ -39,7 +39,7 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
                                           OutputKind, OutputSpec, TensorArgument)
 from torch.fx import Node
 
-from mcu_npu.passes.edge._io import DEQUANTIZE, QUANTIZE, op_key, qparams
+from mcu_npu.passes.edge._io import DEQUANTIZE, QUANTIZE, op_key, qparams, set_outputs
 from mcu_npu.program_state import ProgramState
 
 
@@ -106,10 +106,7 @@ class StateAsBuffers(ExportedProgramPassBase):
             [s for i, s in enumerate(out_specs) if i not in moved]
         new_values = [values[pos] for pos, _ in buffers_out] + \
             [v for i, v in enumerate(values) if i not in moved]
-        output.args = (type(output.args[0])(new_values),)
-        if isinstance(output.meta.get("val"), (list, tuple)):
-            output.meta["val"] = type(output.meta["val"])(
-                v.meta.get("val") if isinstance(v, Node) else v for v in new_values)
+        set_outputs(output, new_values)
         ep._graph_signature = ExportGraphSignature(new_in, new_out)
         graph.lint()
         ep.graph_module.recompile()
