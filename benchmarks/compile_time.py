@@ -38,11 +38,20 @@ with the CPU seconds of each against the first: process CPU time, which other jo
 shared machine do not inflate the way they do wall time (with ``--threads 1``: threads
 waiting for a busy core spin, and that counts as CPU time too); ``--repeat N`` keeps each
 row's least CPU time of N compiles.
+
+``--digests FILE`` proves two source trees compile the same programs: each row's ``.pte``
+bytes are hashed (SHA-256; the ``pte`` column shows the first 12 hex digits); the first run
+writes the digests to ``FILE``, a later run with the same rows compares its own against them
+and lists every row whose program differs (a refactor that should change no program: none).
+The default rows, 36 compiles of MLPerf Tiny, recurrent, attention and conv-recurrent speech
+models on three SoC targets, are the set. Digests are of this machine's compiles: the float
+calibration runs on its CPU kernels.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -177,7 +186,8 @@ def worker(name: str, target: str, method: str | None = None) -> dict:
     return {"ok": True, "baseline_s": baseline, "npu_s": sum(sec for _, sec in calls),
             "ours_s": total - accuracy[0], "accuracy_s": accuracy[0],
             "calibration_s": calibration_s[0], "cpu_s": cpu,
-            "npu_ops": f"{s['ops_on_npu']}/{s['ops_total']}", "partitions": s["partitions"]}
+            "npu_ops": f"{s['ops_on_npu']}/{s['ops_total']}", "partitions": s["partitions"],
+            "pte_sha256": hashlib.sha256(prog.buffer).hexdigest(), "pte_bytes": len(prog.buffer)}
 
 
 def method_kwargs(method: str | None) -> dict:
@@ -236,18 +246,22 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="compile each row N times (methods interleaved) and keep the run "
                          "with the least CPU time")
+    ap.add_argument("--digests", metavar="FILE",
+                    help="write each row's .pte digest to FILE, or compare with FILE's when it "
+                         "exists (two source trees, the same programs)")
     ap.add_argument("--threads", type=int, metavar="N",
                     help="torch threads per compile (OMP_NUM_THREADS; default: torch's own)")
     args = ap.parse_args(argv)
     models = args.models or [m for g in (args.group or GROUPS) for m in GROUPS[g]
                              if not (args.quick and m in RECURRENT + SPEECH)]
-    fmt = "{:<26} {:<13} {:>9} {:>7} {:>8} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9}"
+    fmt = "{:<26} {:<13} {:>9} {:>7} {:>8} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>12}"
     methods = args.calibration_method
     print(fmt.format("model", "target", "baseline", "npu", "ours", "ratio", "calib",
-                     "ratio-c", "accuracy", "compile", "cpu", "NPU ops")
+                     "ratio-c", "accuracy", "compile", "cpu", "NPU ops", "pte")
           + ("  calibration" if methods != [None] else ""))
     over = []
     cpu: dict = {}
+    digests: dict = {}
     rows = [(n, t) for n in models for t in args.targets]
     for name, target in rows:
         runs: dict = {m: [] for m in methods}
@@ -258,6 +272,8 @@ def main(argv=None) -> int:
             ok = [r for r in runs[method] if r.get("ok")]
             r = min(ok, key=lambda r: r["cpu_s"]) if ok else runs[method][0]
             _print_row(fmt, name, target, method, r, cpu, over)
+            if r.get("ok"):
+                digests[" ".join(filter(None, (name, target, method)))] = r["pte_sha256"]
     print("\nseconds, wall clock; ratio = ours / (baseline + npu); 'calib' is the part of "
           "'ours' spent running the calibration samples (in float64), 'ratio-c' the ratio "
           "without it; 'accuracy' is the host run of the .pte that compile() adds, not "
@@ -268,7 +284,27 @@ def main(argv=None) -> int:
         print("ratio 3 or more: " + "; ".join(over))
     if len(methods) > 1:
         _compare_methods(cpu, methods)
+    if args.digests:
+        _digests(args.digests, digests)
     return 0
+
+
+def _digests(path: str, digests: dict) -> None:
+    """Write ``digests`` (row -> .pte SHA-256) to ``path``, or compare with the file's."""
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            json.dump(digests, f, indent=1, sort_keys=True)
+        print(f"\n.pte digests of {len(digests)} rows written to {path}")
+        return
+    with open(path) as f:
+        before = json.load(f)
+    common = sorted(set(before) & set(digests))
+    differ = [row for row in common if before[row] != digests[row]]
+    print(f"\n.pte digests against {path}: {len(common) - len(differ)} of {len(common)} rows "
+          "the same" + (f"; different: {', '.join(differ)}" if differ else ""))
+    missing = sorted(set(before) ^ set(digests))
+    if missing:
+        print(f"rows in only one of the two runs: {', '.join(missing)}")
 
 
 def _print_row(fmt, name, target, method, r, cpu, over) -> None:
@@ -286,7 +322,7 @@ def _print_row(fmt, name, target, method, r, cpu, over) -> None:
                      f"{r['ours_s']:.2f}", f"{ratio:.2f}", f"{calib:.2f}",
                      f"{(r['ours_s'] - calib) / (r['baseline_s'] + r['npu_s']):.2f}",
                      f"{r['accuracy_s']:.2f}", f"{r['ours_s'] + r['accuracy_s']:.1f}",
-                     f"{r['cpu_s']:.1f}", r["npu_ops"])
+                     f"{r['cpu_s']:.1f}", r["npu_ops"], r["pte_sha256"][:12])
           + (f"  {method}" if method else ""))
     sys.stdout.flush()
 

@@ -29,7 +29,7 @@ def _major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
-@pytest.mark.parametrize("package", ["executorch", "torch"])
+@pytest.mark.parametrize("package", ["executorch", "torch", "torchao"])
 def test_written_against_the_installed_versions(package):
     installed = importlib.metadata.version(package)
     assert _major_minor(installed) == _major_minor(upstream_patches.WRITTEN_AGAINST[package]), (
@@ -157,6 +157,51 @@ def test_restricted_cortex_m_quantizer_annotates_only_the_kept_nodes():
     assert _annotated(lambda n: False) == set()
     only_linear = _annotated(lambda n: n.target == torch.ops.aten.linear.default)
     assert "linear" in only_linear and "conv2d" not in only_linear
+
+
+# --- cortex_m_activation_observers -------------------------------------------------------
+def test_cortex_m_activation_observers_swap_only_per_tensor_activation_observers():
+    """What the patch relies on (sub-quantizers holding frozen dataclass configs with
+    ``input_activation`` / ``output_activation`` specs) and what it does: every per-tensor
+    activation spec gets the new observer, the rest of each config (weights, bias, the
+    config's class and so its fixed-parameter methods) stays."""
+    import dataclasses
+
+    from torchao.quantization.pt2e.observer import MinMaxObserver
+    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+
+    quantizer = _cortex_m_quantizer()
+    before = [getattr(s, "quantization_config", None) for s in quantizer.quantizers]
+    configs = [c for c in before if c is not None]
+    assert configs, "CortexMQuantizer's sub-quantizers no longer hold a quantization_config"
+    for config in configs:
+        assert dataclasses.is_dataclass(config) and \
+            {"input_activation", "output_activation"} <= {f.name for f in
+                                                          dataclasses.fields(config)}
+
+    class Marker(MinMaxObserver):
+        pass
+
+    upstream_patches.cortex_m_activation_observers(quantizer, lambda spec: Marker)
+    swapped = 0
+    for old, sub in zip(before, quantizer.quantizers):
+        new = getattr(sub, "quantization_config", None)
+        if old is None:
+            assert new is None
+            continue
+        assert type(new) is type(old)
+        assert new.weight == old.weight and new.bias == old.bias
+        for name in ("input_activation", "output_activation"):
+            o, n = getattr(old, name), getattr(new, name)
+            if isinstance(o, QuantizationSpec) and o.qscheme in (torch.per_tensor_affine,
+                                                                 torch.per_tensor_symmetric):
+                assert n.observer_or_fake_quant_ctr is Marker
+                assert dataclasses.replace(n, observer_or_fake_quant_ctr=None) == \
+                    dataclasses.replace(o, observer_or_fake_quant_ctr=None)
+                swapped += 1
+            else:
+                assert n == o
+    assert swapped, "no per-tensor activation spec left to observe"
 
 
 # --- import_cortex_m_ops -------------------------------------------------------------------

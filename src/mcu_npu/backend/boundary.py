@@ -17,6 +17,7 @@ import numpy as np
 
 from ..device.delegate_io import NpuTensor, io_problems
 from ..device.payload import is_container
+from ..graph.delegate_call import is_delegate_call
 from ..targets import NpuKind
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def refused_calls(exported_program,
     gm = exported_program.graph_module
     found = []
     for node in gm.graph.nodes:
-        if node.op != "call_function" or "executorch_call_delegate" not in str(node.target):
+        if not is_delegate_call(node):
             continue
         lowered = getattr(gm, node.args[0].target)
         recorded = (lowered.meta.get("_delegate_info_meta") or {}).get(NPU_IO)

@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import McuNpuError
+from ..graph.delegate_call import is_delegate_call
 
 HOST_ONLY_COMPILER = "reference"
 
@@ -104,7 +105,7 @@ def edge_payloads(edge) -> list[bytes]:
     for method in edge.methods:
         gm = edge.exported_program(method).graph_module
         for node in gm.graph.nodes:
-            if node.op == "call_function" and "executorch_call_delegate" in str(node.target):
+            if is_delegate_call(node):
                 out.append(bytes(getattr(gm, node.args[0].target).processed_bytes))
     return out
 

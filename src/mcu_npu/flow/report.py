@@ -11,6 +11,7 @@ import torch
 from ..backend.cortex_m import cortex_m_core, is_cortex_m
 from ..errors import stage
 from ..firmware.deployability import HOST_ONLY_COMPILER, edge_payloads, versions_record
+from ..graph.delegate_call import is_delegate_call
 from ..graph.ids import node_id
 from ..graph.module_names import layer_name
 from ..partition.plan import Plan
@@ -140,7 +141,7 @@ def _delegate_infos(edge) -> list[dict]:
     gm = edge.exported_program().graph_module
     infos = []
     for node in gm.graph.nodes:
-        if node.op == "call_function" and "executorch_call_delegate" in str(node.target):
+        if is_delegate_call(node):
             lowered = getattr(gm, node.args[0].target)
             infos.append(lowered.meta.get("_delegate_info_meta", {}))
     return infos
@@ -174,7 +175,7 @@ def _programs(ep):
     out = [ep]
     gm = ep.graph_module
     for node in gm.graph.nodes:
-        if node.op == "call_function" and "executorch_call_delegate" in str(node.target):
+        if is_delegate_call(node):
             lowered = getattr(gm, node.args[0].target)
             if getattr(lowered, "original_module", None) is not None:
                 out.append(lowered.original_module)

@@ -22,6 +22,7 @@ from ..quantization.precision import PrecisionRequest
 from ..upstream.patches import graph_code_on_first_use
 from ..report import Report
 from .approximate import note as approximation_note, rewrite_approximating
+from .softmax_form import choose as choose_softmax_form, note as softmax_form_note
 from .check import check_program
 from .collector import earlier_objects_frozen
 from .export import export, in_eval_mode
@@ -115,6 +116,9 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
         quantized = quantize_model(graph, args, precision, train_fn, plan)
     restore_module_meta(quantized.edge.exported_program().graph_module, names)
     take_integer_inputs(quantized.edge, args.program_io)
+    softmax_form = None if state else choose_softmax_form(
+        quantized.edge.exported_program().graph_module, quantized.reference, float_model,
+        args.samples, args.target)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
     before = copy.deepcopy(quantized.edge) if keep_edges else None
     placed = place(quantized.edge, decided, args.target, args.memory, args.program_io,
@@ -124,6 +128,8 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
                      if n not in report.notes]
     if approximation:
         report.notes.append(approximation_note(approximation))
+    if softmax_form:
+        report.notes.append(softmax_form_note(softmax_form))
     record_calibration(report, quantized.reference, "qat" if train_fn else calibration_method)
     program = check_program(buffer, host_data, report, placed.target, placed.decided,
                             placed.edge, deployable, strict, stacklevel + 1, placed.memory)

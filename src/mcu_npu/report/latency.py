@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from ..graph.delegate_call import is_delegate_call
 from ..graph.ids import node_id
 from ..targets import NpuKind
 from .cpu_cycles import CoreModel, Work, core_model, op_work, work_cycles
@@ -52,7 +53,7 @@ def estimate_latency(program, target, report) -> dict:
     for node in program.graph.nodes:
         if node.op != "call_function":
             continue
-        if "executorch_call_delegate" in str(node.target):
+        if is_delegate_call(node):
             info = report.partitions[partition] if partition < len(report.partitions) else None
             made = _delegate_rows(node, gm, info, partition, target, report, core, cpu_hz)
             for r in made:
@@ -118,7 +119,7 @@ def boundary_edges(program) -> dict:
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        if "executorch_call_delegate" in str(node.target):
+        if is_delegate_call(node):
             for k, a in enumerate(x for x in node.args[1:] if hasattr(x, "meta")):
                 at = placeholders.get(a) or edges.get(a)  # the input, or its quantize
                 if at is not None:

@@ -143,6 +143,7 @@ def ethos_u(accelerator: str, *, clock_hz: int | None = None, sram_bytes: int | 
         vela=vela,
         transpose_as_block_swap=family == "ethos-u55",
         compact_means=True,
+        table_softmax=True,
     )
 
 

@@ -133,6 +133,13 @@ class NpuSpec:
     ``[1, reduced, channels, 1]`` view (depth 1: ``reduced`` bytes; DS-CNN's global mean
     over 25x5x64: 125 bytes instead of 8,000, ``tflite/ops/reduce.py``)."""
 
+    table_softmax: bool = False
+    """Emit a classifier's final int8 softmax as a chain of tables (max, exp, a sum, 1/s,
+    multiply) instead of TFLite's SOFTMAX, which Vela builds from TFLite's fixed-point
+    algorithm (15 operations on the U85, 28 on the U55): 3.2 KB of flash less on the U85-256,
+    2.1 KB on the U55-128, for up to about C/2 output steps of error on C classes, the order
+    kept (``tflite/ops/softmax.py``)."""
+
     gelu: bool = True
     """The NPU runs GELU (TFLite GELU: a table on every Ethos-U). eIQ Neutron has no GELU
     operator: there a model's GELUs run as an approximation built of operators it has where

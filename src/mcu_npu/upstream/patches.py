@@ -1,6 +1,6 @@
 """Where mcu-npu reaches into ExecuTorch or torch beyond their public API, in one place.
 
-Written against **executorch 1.5.1** and **torch 2.13** (``WRITTEN_AGAINST``). Each entry
+Written against **executorch 1.5.1**, **torch 2.13** and **torchao 0.18** (``WRITTEN_AGAINST``). Each entry
 says what it relies on, why no supported way exists in those versions, and what would let
 it go; ``tests/test_upstream_patches.py`` exercises each one and checks the upstream
 attribute or behaviour it relies on, so an upgrade that changes it fails there first.
@@ -55,7 +55,7 @@ from torch.fx import GraphModule, Node
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.graph import _PyTreeCodeGen
 
-WRITTEN_AGAINST = {"executorch": "1.5.1", "torch": "2.13"}
+WRITTEN_AGAINST = {"executorch": "1.5.1", "torch": "2.13", "torchao": "0.18"}
 
 
 # --- to_edge without its decomposition re-trace ---------------------------------------------

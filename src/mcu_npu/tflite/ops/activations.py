@@ -1,9 +1,8 @@
 """Activations: relu, relu6 / hardtanh / clamp, leaky_relu, prelu, sigmoid, tanh, hardswish,
-silu, gelu, elu, softmax; plus the fused-activation helper conv, linear and add use."""
+silu, gelu, elu (softmax: ``softmax.py``); plus the fused-activation helper conv, linear and add use."""
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -223,36 +222,3 @@ def convert_elu(ctx: Context, node: Node) -> None:
     x_out = tensor("x", out.q)
     ctx.op(OP.QUANTIZE, [src], [x_out])
     ctx.op(OP.MAXIMUM, [x_out, expm1], [out.tensor], schema.MaximumMinimumOptionsT())
-
-
-def softmax_on_last_memory_axis(node: Node, target=None) -> bool:
-    """softmax must have a static dim"""
-    return isinstance(node.args[1], int)
-
-
-def neutron_softmax_limits(node: Node, target=None) -> bool:
-    """softmax on Neutron: at most 2040 channels, 4096 rows and 524288 elements"""
-    lim = target.npu.limits if target is not None else None
-    if lim is None:
-        return True
-    shape = tuple(node.args[0].meta["val"].shape)
-    channels = shape[node.args[1] % len(shape)]
-    rows = math.prod(shape) // channels
-    return channels <= lim.max_softmax_channels and rows <= lim.max_softmax_rows and \
-        channels * rows <= lim.max_softmax_elements
-
-
-@operator(aten._softmax.default, aten=(at.softmax, at._softmax), annotate="softmax",
-          checks=(static_shapes, softmax_on_last_memory_axis, neutron_softmax_limits),
-          int16=True)
-def convert_softmax(ctx: Context, node: Node) -> None:
-    """TFLite SOFTMAX works on the innermost axis: lay the tensor out with ``dim`` last.
-    int16 (input zero point 0, output 1/32768): LiteRT's kernel takes exp and 1 / (1 + x)
-    from interpolated tables, within a step on 10 classes, up to 15 steps on 64."""
-    x = ctx.value(node.args[0])
-    dim = node.args[1] % x.rank
-    perm = tuple(d for d in x.perm if d != dim) + (dim,)
-    out = ctx.output_value(node, perm=perm)
-    opts = schema.SoftmaxOptionsT()
-    opts.beta = 1.0
-    ctx.op(OP.SOFTMAX, [ctx.tensor(x, perm)], [out.tensor], opts)
