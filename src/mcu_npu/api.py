@@ -14,13 +14,13 @@ from .device.program_io import dequantize_outputs, quantize_inputs
 from .errors import ConfigError, HostDataMissingError, stage
 from .firmware.files import check_output, write_all
 from .flow.export import exported_model
-from .flow.inputs import check_bias_correction, check_calibration_method
+from .flow.options import CompileOptions, compile_options
 from .flow.run import compile_program
 from .progress import reporting
 from .quantization.calibration import DEFAULT as DEFAULT_CALIBRATION
-from .quantization.precision import AutoPrecision, parse_precision
+from .quantization.precision import AutoPrecision
 from .report import Report
-from .report.stream import check_frame_period, stream_budget
+from .report.stream import stream_budget
 from .runtime import load_program
 from .runtime.pte import read_bytes
 
@@ -282,53 +282,55 @@ def compile(
     ``progress=True`` shows each stage on stderr as it starts, with the seconds elapsed
     (``mcu_npu.progress``; a calibration bar on a terminal); None (the default) shows them
     when stderr is a terminal, False never."""
+    options = compile_options(
+        target=target, npu_compiler=npu_compiler,
+        operators_not_to_delegate=operators_not_to_delegate, train_fn=train_fn, io=io,
+        inputs=inputs, outputs=outputs, deployable=deployable, strict=strict,
+        precision=precision, memory=memory, calibration_method=calibration_method,
+        bias_correction=bias_correction, frame_period_ms=frame_period_ms)
+    return compile_with(model, example_inputs, calibration, options,
+                        accuracy_samples=accuracy_samples, progress=progress, etrecord=etrecord)
+
+
+def compile_with(model, example_inputs, calibration, options: CompileOptions, *,
+                 accuracy_samples=None, progress: bool | None = None,
+                 etrecord: str | os.PathLike | None = None) -> CompiledProgram:
+    """``compile`` with its options as one checked value (``flow.options.compile_options``):
+    what the CLI calls, having built the options before loading the model."""
     with reporting(progress):  # stage lines while it runs (``mcu_npu.progress``)
-        with stage("reading the model", show=False):
-            model, example_inputs = exported_model(model, example_inputs)
-        request = parse_precision(precision)
-        frame_period_ms = check_frame_period(frame_period_ms)
-        check_calibration_method(calibration_method, qat=train_fn is not None)
-        check_bias_correction(bias_correction, qat=train_fn is not None)
         if etrecord is not None:
             check_output(etrecord)  # before the compile, not after it
-        if isinstance(request, AutoPrecision) and etrecord is not None:
-            raise ConfigError("etrecord= is not available with precision='auto': compile with "
-                              "the precision the search chose (report.precision) to record it")
-        if isinstance(request, AutoPrecision) and (inputs is not None or outputs is not None):
-            raise ConfigError("inputs=/outputs= are not available with precision='auto' yet: "
-                              "compile with the precision the search chose (report.precision)")
-        if isinstance(request, AutoPrecision):
+            if isinstance(options.precision, AutoPrecision):
+                raise ConfigError("etrecord= is not available with precision='auto': compile "
+                                  "with the precision the search chose (report.precision) to "
+                                  "record it")
+        with stage("reading the model", show=False):
+            model, example_inputs = exported_model(model, example_inputs)
+        if isinstance(options.precision, AutoPrecision):
             from .flow.auto_precision import search
 
-            prog = search(request, model, example_inputs, target=target, calibration=calibration,
-                          npu_compiler=npu_compiler,
-                          operators_not_to_delegate=operators_not_to_delegate,
-                          progress=progress, train_fn=train_fn, io=io, deployable=deployable,
-                          strict=strict, accuracy_samples=accuracy_samples, compile_fn=_compile,
-                          memory=memory, calibration_method=calibration_method,
-                          bias_correction=bias_correction)
+            prog = search(model, example_inputs, calibration, accuracy_samples, options,
+                          progress=progress, compile_fn=_compile)
         else:
             # any failure the stages below do not name
             with stage("compiling the model", show=False):
-                prog = _compile(model, example_inputs, target, calibration, npu_compiler,
-                                operators_not_to_delegate, train_fn, io, deployable, strict,
-                                accuracy_samples, request, memory=memory, etrecord=etrecord,
-                                calibration_method=calibration_method,
-                                bias_correction=bias_correction,
-                                inputs=inputs, outputs=outputs)
-    prog.report.stream = stream_budget(prog.report, frame_period_ms)
+                prog = _compile(model, example_inputs, calibration, accuracy_samples, options,
+                                etrecord=etrecord)
+    prog.report.stream = stream_budget(prog.report, options.frame_period_ms)
     return prog
 
 
-def _compile(*args, etrecord=None, **kwargs) -> CompiledProgram:
+def _compile(model, example_inputs, calibration, accuracy_samples, options, *, etrecord=None,
+             **kwargs) -> CompiledProgram:
     """The compile flow (``flow.run.compile_program``, same arguments) as a
     ``CompiledProgram``, with its ETRecord written to ``etrecord`` when given; warnings
     point at the call of ``compile``."""
-    c = compile_program(*args, **kwargs, stacklevel=3, keep_edges=etrecord is not None)
+    c = compile_program(model, example_inputs, calibration, accuracy_samples, options,
+                        stacklevel=3, keep_edges=etrecord is not None, **kwargs)
     if etrecord is not None:
         from .devtools.etrecord import write_etrecord
 
-        example = args[1]
+        example = example_inputs
         example = (example,) if isinstance(example, torch.Tensor) else tuple(example)
         if c.program_io is not None:
             from .flow.front import as_float

@@ -128,12 +128,15 @@ def cmd_compile(args) -> int:
         # before raising; the raised error is the one line, the log would add the traceback
         logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
         from . import api
-        from .flow.inputs import check_memory
-        from .quantization.calibration import check_method
+        from .flow.options import compile_options
 
-        check_memory(args.memory, target)
-        check_method(args.calibration_method)
-        precision = precision_arg(args)
+        options = compile_options(
+            target=target, npu_compiler=args.npu_compiler,
+            operators_not_to_delegate=args.exclude or (), io=args.io, inputs=input_arg(args),
+            outputs=args.outputs, deployable=args.require_deployable, strict=args.strict,
+            precision=precision_arg(args), memory=args.memory,
+            calibration_method=args.calibration_method, bias_correction=args.bias_correction,
+            frame_period_ms=args.frame_period_ms)
         _stage(progress, "loading the model")
         model, inputs, calibration = load_model_spec(args.model)
         if args.calibration:
@@ -142,17 +145,9 @@ def cmd_compile(args) -> int:
             else None
         bundled = load_calibration(args.bundled, inputs, "bundled inputs") if args.bundled \
             else None
-        prog = api.compile(model, inputs, target=args.target, calibration=calibration,
-                           npu_compiler=args.npu_compiler,
-                           operators_not_to_delegate=args.exclude or (),
-                           progress=not args.quiet, io=args.io,
-                           deployable=args.require_deployable, strict=args.strict,
-                           accuracy_samples=accuracy, precision=precision,
-                           memory=args.memory, etrecord=args.etrecord,
-                           calibration_method=args.calibration_method,
-                           bias_correction=args.bias_correction,
-                           inputs=input_arg(args), outputs=args.outputs,
-                           frame_period_ms=args.frame_period_ms)
+        prog = api.compile_with(model, inputs, calibration, options,
+                                accuracy_samples=accuracy, progress=not args.quiet,
+                                etrecord=args.etrecord)
     from .firmware.companion import companion_path
 
     prog.save(args.output)

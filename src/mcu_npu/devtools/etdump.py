@@ -108,15 +108,13 @@ class Timing:
 
     def split(self, ops: list[NpuOp], total: int) -> list[int]:
         """``total`` ns over ``ops`` in proportion to each operator's bound."""
-        from ..report.latency import NPU_BANDWIDTH
-
         if not ops or total == 0:
             return [0] * len(ops)
         if self.target is None:  # no NPU figures: MACs and bytes weigh alike
             bounds = [max(op.macs, op.nbytes, 1) for op in ops]
         else:
             npu = self.target.npu
-            bandwidth = NPU_BANDWIDTH.get(npu.kind, (8, ""))[0]
+            bandwidth = npu.bytes_per_cycle
             bounds = [max(op.macs / npu.macs_per_cycle, op.nbytes / bandwidth, 1.0)
                       for op in ops]
         scale = total / sum(bounds)

@@ -2,7 +2,8 @@
 own module taking and returning plain values.
 
 ====================  =========================================================================
-``inputs``            the arguments checked and normalised
+``options``           the options of a compile as one checked value (``CompileOptions``)
+``inputs``            the data (example inputs, calibration, accuracy samples) checked
 ``export``            ``torch.export`` of the float model
 ``rewrite``           the target's ATen passes, node ids tagged
 ``place``             where every node runs, by a trial quantization (the ``Plan``)

@@ -31,16 +31,14 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
 
 from ..errors import ConfigError, McuNpuError, stage
 from ..graph.ids import node_id
-from ..quantization.calibration import DEFAULT
 from ..quantization.precision import INT8, INT16, AutoPrecision, PrecisionRequest
-from ..targets import get_target
 
 MAX_TRIALS = 8
 """Compiles the search makes beyond the int8 baseline."""
@@ -94,22 +92,20 @@ class _Search:
     steps: list = field(default_factory=list)
 
 
-def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, npu_compiler,
-           operators_not_to_delegate, progress, train_fn, io, deployable, strict,
-           accuracy_samples, compile_fn: Callable, memory: str = "auto",
-           calibration_method: str = DEFAULT, bias_correction: bool = False):
-    """Compile ``model`` with int8 activations, then raise layers to int16 as ``auto`` says
-    (module docstring). Returns the chosen ``CompiledProgram``; warns when the target is not
-    met or the target's NPU takes int8 only. ``compile_fn`` is ``api._compile``."""
+def search(model, example_inputs, calibration, accuracy_samples, options, *, progress,
+           compile_fn: Callable):
+    """Compile ``model`` with int8 activations, then raise layers to int16 as
+    ``options.precision`` (an ``AutoPrecision``) says (module docstring). Returns the chosen
+    ``CompiledProgram``; warns when the target is not met or the target's NPU takes int8
+    only. ``compile_fn`` is ``api._compile``."""
+    auto = options.precision
     if not isinstance(auto, AutoPrecision):
         raise ConfigError(f"search takes an AutoPrecision, not {type(auto).__name__}")
-    tgt = get_target(target)
+    tgt = options.target
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) \
         else tuple(example_inputs)
     user_layers = accuracy_samples
-    compile_one = _compiler(compile_fn, model, inputs, target, calibration, npu_compiler,
-                            operators_not_to_delegate, train_fn, io, deployable, strict,
-                            memory, calibration_method, bias_correction)
+    compile_one = _compiler(compile_fn, model, inputs, calibration, options)
     show = bool(progress) if progress is not None else sys.stderr.isatty()
     s = _Search(auto, show)
     samples = _samples(auto.samples) if auto.samples is not None else None
@@ -140,14 +136,12 @@ def search(auto: AutoPrecision, model, example_inputs, *, target, calibration, n
     return _finish(s, base, best, goal, budget, chosen, None, left=left)
 
 
-def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
-    """(request, per-layer samples) -> ``compile_fn``'s program for ``model`` with the
-    compile arguments ``args`` (target to the calibration method). With ``memory="auto"`` the first compile (the int8 baseline) chooses
-    the placement, and the trials keep it; they keep its plan of what runs where too (the
-    same model, target and options: the trials skip planning it again), and start from its
-    exported and rewritten graph."""
-    (target, calibration, npu_compiler, operators_not_to_delegate, train_fn, io,
-     deployable, strict, memory, calibration_method, bias_correction) = args
+def _compiler(compile_fn: Callable, model, inputs: tuple, calibration, options) -> Callable:
+    """(request, per-layer samples) -> ``compile_fn``'s program for ``model`` with
+    ``options`` at precision ``request``. With ``memory="auto"`` the first compile (the int8
+    baseline) chooses the placement, and the trials keep it; they keep its plan of what runs
+    where too (the same model, target and options: the trials skip planning it again), and
+    start from its exported and rewritten graph."""
     compiled = 0
     chosen: dict = {}
     first: dict = {}
@@ -156,15 +150,13 @@ def _compiler(compile_fn: Callable, model, inputs: tuple, *args) -> Callable:
     def compile_one(request: PrecisionRequest, layer_samples):
         nonlocal compiled
         compiled += 1
+        trial = replace(options, precision=request,
+                        memory=chosen.get("memory", options.memory))
         with stage("compiling the model", show=False):
-            prog = compile_fn(model, inputs, target, calibration, npu_compiler,
-                              operators_not_to_delegate, train_fn, io, deployable, strict,
-                              layer_samples, request,
-                              memory=chosen.get("memory", memory), plan=first.get("plan"),
-                              calibration_method=calibration_method, started=started,
-                              bias_correction=bias_correction)
+            prog = compile_fn(model, inputs, calibration, layer_samples, trial,
+                              plan=first.get("plan"), started=started)
         first.setdefault("plan", getattr(prog, "_plan", None))
-        if memory == "auto" and not chosen:
+        if options.memory == "auto" and not chosen:
             chosen.update(prog.report.placement)
         elif chosen:
             prog.report.placement = {**chosen, "why": f"chosen for the int8 baseline: "

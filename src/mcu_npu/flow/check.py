@@ -10,30 +10,29 @@ from ..errors import stage
 from ..firmware import deployability
 from ..firmware.check import io_problems_of, layout_problems
 from ..firmware.kernels_list import fill_report
-from ..partition.plan import Plan
-from ..report import Report
 from ..report.memory import check_fit, memory_report
 from ..runtime.pte import Program
+from .memory import Lowered
 
 
-def check_program(buffer: bytes, host_data: dict[str, bytes], report: Report, target,
-                  decided: Plan, edge, deployable: bool, strict: bool,
-                  stacklevel: int = 2, memory: dict | None = None) -> Program:
-    """The three checks of ``buffer`` (lowered from ``edge`` with the plan ``decided``; its
-    companion's ``host_data`` give the partitions' graphs; ``memory``: its memory report
-    when the placement already made it),
-    filling the report's kernels and memory; warnings point where
-    ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. Returns the program
-    as read, for the host run (``measure``)."""
+def check_program(placed: Lowered, deployable: bool, strict: bool,
+                  stacklevel: int = 2) -> Program:
+    """The three checks of ``placed.buffer`` (lowered from ``placed.edge`` with the plan
+    ``placed.decided``; its companion's ``host_data`` give the partitions' graphs; its memory
+    report is ``placed.memory`` when the placement already made it), filling the report's
+    kernels and memory; warnings point where ``warnings.warn(..., stacklevel=stacklevel)``
+    in the caller would. Returns the program as read, for the host run (``measure``)."""
+    report, target = placed.report, placed.target
     with stage("checking the program's delegate tensors"):
-        program = Program(buffer, host_data)  # read once, by the three checks below
+        program = Program(placed.buffer, placed.host_data)  # read once, by the checks below
         check_layouts(program)
     with stage("checking the program against the target's kernels"):
-        fill_report(report, program, target, edge, {n.ident: n.node for n in decided.nodes})
+        fill_report(report, program, target, placed.edge,
+                    {n.ident: n.node for n in placed.decided.nodes})
         deployability.check(report, target, deployable, stacklevel=stacklevel + 1)
     with stage("checking the program against the target's memory"):
-        report.memory = memory if memory is not None else memory_report(program, target,
-                                                                        report)
+        report.memory = placed.memory if placed.memory is not None else \
+            memory_report(program, target, report)
         check_fit(report, strict, stacklevel=stacklevel + 1)
     return program
 

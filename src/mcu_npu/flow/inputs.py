@@ -12,23 +12,22 @@ from ..errors import ConfigError
 from ..io_spec import ProgramIO
 from ..npu import COMPILER_NAMES
 from ..partition.plan import PlanOptions
-from ..quantization.calibration import DEFAULT, check_method
-from ..report import check_io
-from ..targets import MEMORY_CHOICES, Target, get_target
+from ..quantization.calibration import check_method
+from ..targets import MEMORY_CHOICES, Target
 from .front import declared_io
 
 
 @dataclass(frozen=True)
 class Arguments:
     """What the stages compile with: the target, the example inputs as a tuple of tensors,
-    the calibration samples (tuples matching them), the placement options (the operators
-    kept off the NPU, the NPU compiler), the program's I/O mode and the per-layer accuracy
-    samples (None: not measured)."""
+    the calibration samples (tuples matching them), the options the placement is decided
+    with (the operators kept off the NPU, the NPU compiler), the program's I/O mode and the
+    per-layer accuracy samples (None: not measured)."""
 
     target: Target
     example_inputs: tuple
     samples: list[tuple]
-    options: PlanOptions
+    plan_options: PlanOptions
     io: str
     accuracy_samples: list[tuple] | None
     memory: str = "auto"
@@ -37,20 +36,13 @@ class Arguments:
     """The declared program I/O (``io_spec``); the samples above are as its front takes them."""
 
 
-def check_arguments(example_inputs, target, calibration, npu_compiler,
-                    operators_not_to_delegate, io, accuracy_samples,
-                    stacklevel: int = 2, memory: str = "auto", *,
-                    calibration_method: str = DEFAULT, qat: bool = False, inputs=None,
-                    outputs=None, bias_correction: bool = False) -> Arguments:
-    """The arguments as the stages take them, ConfigError for any the flow cannot use.
-    Without calibration data the example inputs calibrate, with a warning that points where
-    ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
-    tgt = get_target(target)
-    check_calibration_method(calibration_method, qat)
-    check_bias_correction(bias_correction, qat)
-    check_io(io)
-    check_memory(memory, tgt)
-    check_npu_compiler(npu_compiler, tgt)
+def check_arguments(example_inputs, calibration, accuracy_samples, options,
+                    stacklevel: int = 2) -> Arguments:
+    """The data of a compile (example inputs, calibration and accuracy samples) with its
+    ``options`` (a ``flow.options.CompileOptions``, checked already) as the stages take them;
+    ConfigError for data the flow cannot use. Without calibration data the example inputs
+    calibrate, with a warning that points where ``warnings.warn(..., stacklevel=stacklevel)``
+    in the caller would."""
     example_inputs = as_inputs(example_inputs)
     if calibration is None:
         warnings.warn("no calibration data: calibrating on the example inputs alone, so "
@@ -62,12 +54,12 @@ def check_arguments(example_inputs, target, calibration, npu_compiler,
     if accuracy_samples is not None:
         accuracy_samples = check_calibration(accuracy_samples, example_inputs)
     program_io, example_inputs, samples, accuracy_samples = declared_io(
-        inputs, outputs, io, example_inputs, samples, accuracy_samples)
-    return Arguments(tgt, example_inputs, samples,
-                     PlanOptions(tuple(operators_not_to_delegate), npu_compiler,
-                                 calibration_method=calibration_method,
-                                 bias_correction=bias_correction), io,
-                     accuracy_samples, memory, program_io)
+        options.inputs, options.outputs, options.io, example_inputs, samples, accuracy_samples)
+    return Arguments(options.target, example_inputs, samples,
+                     PlanOptions(options.operators_not_to_delegate, options.npu_compiler,
+                                 calibration_method=options.calibration_method,
+                                 bias_correction=options.bias_correction), options.io,
+                     accuracy_samples, options.memory, program_io)
 
 
 QAT_METHODS = ("auto", "minmax")

@@ -44,9 +44,9 @@ def quantize_model(graph: GraphModule, args: Arguments, precision: PrecisionRequ
     """The stage: ``ptq``, or ``qat`` when there is a ``train_fn``."""
     samples = args.samples
     if train_fn is None:
-        return ptq(graph, args.example_inputs, samples, args.target, args.options, precision,
+        return ptq(graph, args.example_inputs, samples, args.target, args.plan_options, precision,
                    known)
-    return qat(graph, args.example_inputs, samples, train_fn, args.target, args.options,
+    return qat(graph, args.example_inputs, samples, train_fn, args.target, args.plan_options,
                precision)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch.fx import GraphModule
@@ -15,10 +14,8 @@ from ..graph.module_names import module_meta, restore_module_meta
 from ..passes.aten.keep_mixed_range_cat_float import NOTES_KEY
 from ..passes.guarded import failures as pass_failures
 from ..partition.plan import Plan
-from ..quantization.calibration import DEFAULT
 from ..quantization.pinned_inputs import pinned
 from ..quantization.state_encoding import tied
-from ..quantization.precision import PrecisionRequest
 from ..upstream.patches import graph_code_on_first_use
 from ..report import Report
 from .approximate import note as approximation_note, rewrite_approximating
@@ -29,6 +26,7 @@ from .export import export, in_eval_mode
 from .front import fold_normalisation, front, pinned_ranges
 from .int8_io import take_integer_inputs
 from .inputs import check_arguments
+from .options import CompileOptions
 from .lower import plan_edge
 from .memory import place
 from .measure import measure
@@ -61,15 +59,11 @@ class Compiled:
     """The declared program I/O (``io_spec.ProgramIO``) ``float_model`` takes its inputs by."""
 
 
-def compile_program(model, example_inputs, target, calibration, npu_compiler,
-                    operators_not_to_delegate, train_fn: Callable | None, io,
-                    deployable=False, strict=False, accuracy_samples=None,
-                    precision: PrecisionRequest = PrecisionRequest(), memory: str = "auto",
-                    stacklevel: int = 2, keep_edges: bool = False, plan=None,
-                    calibration_method: str = DEFAULT, inputs=None,
-                    outputs=None, started: dict | None = None,
-                    bias_correction: bool = False) -> Compiled:
-    """``mcu_npu.compile`` with a parsed precision request. Warnings point where
+def compile_program(model, example_inputs, calibration, accuracy_samples,
+                    options: CompileOptions, *, stacklevel: int = 2, keep_edges: bool = False,
+                    plan=None, started: dict | None = None) -> Compiled:
+    """``mcu_npu.compile`` of ``model`` with ``options`` (checked: ``flow.options``; its
+    precision a ``PrecisionRequest``). Warnings point where
     ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the
     ``Compiled.plan`` of a compile of the same model for the same target and options (the
     precision search's trials), used where it was made for the graph. ``started``: a dict
@@ -78,22 +72,17 @@ def compile_program(model, example_inputs, target, calibration, npu_compiler,
     there, the others start from them instead of exporting and rewriting again. Graph
     modules get their code when it is used (``upstream.patches.graph_code_on_first_use``)."""
     with graph_code_on_first_use(), earlier_objects_frozen():
-        return _run(model, example_inputs, target, calibration, npu_compiler,
-                    operators_not_to_delegate, train_fn, io, deployable, strict,
-                    accuracy_samples, precision, memory, stacklevel + 1, keep_edges, plan,
-                    calibration_method, inputs, outputs, started, bias_correction)
+        return _run(model, example_inputs, calibration, accuracy_samples, options,
+                    stacklevel + 1, keep_edges, plan, started)
 
 
-def _run(model, example_inputs, target, calibration, npu_compiler, operators_not_to_delegate,
-         train_fn, io, deployable, strict, accuracy_samples, precision, memory, stacklevel,
-         keep_edges, plan, calibration_method, inputs, outputs, started,
-         bias_correction) -> Compiled:
+def _run(model, example_inputs, calibration, accuracy_samples, options: CompileOptions,
+         stacklevel, keep_edges, plan, started) -> Compiled:
     """``compile_program``'s stages (``stacklevel`` counted from here)."""
-    args = check_arguments(example_inputs, target, calibration, npu_compiler,
-                           operators_not_to_delegate, io, accuracy_samples, stacklevel + 1,
-                           memory, calibration_method=calibration_method,
-                           qat=train_fn is not None, inputs=inputs, outputs=outputs,
-                           bias_correction=bias_correction)
+    args = check_arguments(example_inputs, calibration, accuracy_samples, options,
+                           stacklevel + 1)
+    precision, train_fn = options.precision, options.train_fn
+    calibration_method = options.calibration_method
     if started:  # quantization leaves the rewritten graph as it found it only in a copy
         float_model, graph = started["float_model"], copy.deepcopy(started["graph"])
         state, stepper = started["state"], started["stepper"]
@@ -104,7 +93,7 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
                                                             stacklevel + 1), args.program_io))
         graph, approximation = rewrite_approximating(
             graph, args.target, None if state else args.samples, calibration_method,
-            args.options.operators_not_to_delegate)
+            options.operators_not_to_delegate)
         stepper = copy.deepcopy(graph) if state else None  # the float function of the state
         if started is not None:
             started.update(float_model=float_model, graph=copy.deepcopy(graph), state=state,
@@ -131,8 +120,7 @@ def _run(model, example_inputs, target, calibration, npu_compiler, operators_not
     if softmax_form:
         report.notes.append(softmax_form_note(softmax_form))
     record_calibration(report, quantized.reference, "qat" if train_fn else calibration_method)
-    program = check_program(buffer, host_data, report, placed.target, placed.decided,
-                            placed.edge, deployable, strict, stacklevel + 1, placed.memory)
+    program = check_program(placed, options.deployable, options.strict, stacklevel + 1)
     program = measure(program, report, stepper or float_model, quantized.reference,
                       frames.samples, frames.accuracy_samples, state)
     return Compiled(buffer, host_data, report, quantized.reference, float_model, program,

@@ -138,14 +138,20 @@ def error_row(cell: Cell, message: str) -> Row:
 
 def _compile_row(cell: Cell, asked: dict) -> Row:
     model, inputs, calibration = load_model_spec(cell.source)
-    from ..api import compile as compile_model  # after the factory: a failing one is quick
-    options = dict(cell.options)
-    calibration = options.pop("calibration", calibration)
-    prog = compile_model(model, inputs, target=cell.target, calibration=calibration,
-                         precision=cell.precision, memory=cell.memory, progress=False,
-                         **options)
+    # after the factory: a failing one is quick
+    from ..api import compile_with
+    from ..flow.options import compile_options
+
+    given = dict(cell.options)
+    calibration = given.pop("calibration", calibration)
+    accuracy = given.pop("accuracy_samples", None)
+    etrecord = given.pop("etrecord", None)
+    options = compile_options(target=cell.target, precision=cell.precision,
+                              memory=cell.memory, **given)
+    prog = compile_with(model, inputs, calibration, options, accuracy_samples=accuracy,
+                        progress=False, etrecord=etrecord)
     s = prog.report.summary
-    samples = options.get("accuracy_samples") or calibration or [inputs]
+    samples = accuracy or calibration or [inputs]
     float_model = prog.float_model if prog.float_model is not None else model  # a .pt2's too
     agreement, counted = top1_agreement(prog, float_model, inputs, samples[:TOP1_SAMPLES])
     latency, npu = s.get("latency_us"), s.get("npu_us")

@@ -196,7 +196,7 @@ VIEWS = frozenset({"aten.view_copy", "aten.squeeze_copy", "aten.unsqueeze_copy",
                    "aten.alias_copy", "aten._unsafe_view"})
 
 
-def op_name(node) -> str:
+def _op_without_overload(node) -> str:
     """``namespace.name`` of a call's op, without the overload ("aten.permute_copy")."""
     name = getattr(node.target, "__name__", str(node.target))
     parts = name.split(".")
@@ -274,7 +274,7 @@ class Work:
 def op_work(node) -> Work | None:
     """The work of one CPU op, or None for ops that do nothing at run time (views,
     ``getitem``, memory allocation) and ops outside the table."""
-    name = op_name(node)
+    name = _op_without_overload(node)
     if name in VIEWS:
         return None
     if name in _CORTEX_M:

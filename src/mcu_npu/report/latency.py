@@ -8,7 +8,8 @@ that does work:
   the clock Vela planned for (``stats["total_cycles"] / stats["clock_hz"]``): an estimate,
   which Vela itself says is approximate. Without them (Neutron, the reference compiler) it is
   a lower **bound**: the larger of the MACs at the NPU's MACs per cycle and the bytes the
-  partition must move at least once (weights, inputs, outputs) at ``NPU_BANDWIDTH``.
+  partition must move at least once (weights, inputs, outputs) at the NPU's
+  ``bytes_per_cycle``.
 - the CPU work the device runtime does around a delegate call: the Ethos-U runtime copies
   every input into the NPU's scratch and every output back (memcpy), the Neutron runtime
   transposes each input and output whose format flag says so (NCHW <-> NHWC on the CPU).
@@ -25,16 +26,7 @@ import math
 
 from ..graph.delegate_call import is_delegate_call
 from ..graph.ids import node_id
-from ..targets import NpuKind
 from .cpu_cycles import CoreModel, Work, core_model, op_work, work_cycles
-
-NPU_BANDWIDTH = {
-    NpuKind.NEUTRON: (8, "assumed: 8 bytes per NPU cycle (one 64-bit bus to SRAM); NXP "
-                         "publishes no Neutron bandwidth"),
-    NpuKind.ETHOS_U: (16, "assumed: Ethos-U's two 64-bit AXI ports, 16 bytes per cycle"),
-}
-"""Bytes per NPU cycle used by the bound when the NPU compiler gives no cycle estimate."""
-_DEFAULT_BANDWIDTH = (8, "assumed: 8 bytes per cycle")
 
 _DECIMALS = 3
 
@@ -184,7 +176,7 @@ def _method(core: CoreModel | None, target) -> str:
            f"{target.cpu.clock_hz / 1e6:g} MHz; MAC coefficients fitted to {core.basis}, "
            "per-element, per-byte and per-call terms assumed (report.cpu_cycles)"
            if core else "CPU: none in this target, CPU ops not estimated")
-    bandwidth = NPU_BANDWIDTH.get(target.npu.kind, _DEFAULT_BANDWIDTH)
+    bandwidth = target.npu.bytes_per_cycle, target.npu.bandwidth_source
     return ("NPU: Vela's total cycles at its clock (an estimate) where Vela compiled the "
             "partition, else a lower bound max(MACs / MACs per cycle, bytes moved / "
             f"bandwidth) at {target.npu.clock_hz / 1e6:g} MHz, bandwidth "
@@ -251,10 +243,8 @@ def _runtime_move(target, lowered, what: str, i: int, t):
     """(kind, label) of the CPU work the device runtime does on one delegate input or
     output, or None: the Ethos-U runtime memcpys each one, the Neutron runtime transposes
     the flagged ones (``device.delegate_io.neutron_transposes``) unless already channels last."""
-    if target.npu.kind is NpuKind.ETHOS_U:
-        return "copy", "EthosUBackend memcpy"
-    if target.npu.kind is not NpuKind.NEUTRON:
-        return None
+    if not target.npu.runtime_transposes_io:
+        return "copy", f"{target.npu.kind.device_backend} memcpy"
     from ..device.delegate_io import is_channels_last, neutron_transposes
 
     flags = _neutron_flags(bytes(lowered.processed_bytes))
@@ -265,7 +255,7 @@ def _runtime_move(target, lowered, what: str, i: int, t):
         return None
     if is_channels_last(tuple(t.dim_order())):
         return None
-    return "transpose", "NeutronBackend NCHW<->NHWC transpose"
+    return "transpose", f"{target.npu.kind.device_backend} NCHW<->NHWC transpose"
 
 
 def _neutron_flags(processed: bytes):
@@ -341,7 +331,7 @@ def _transpose_bytes(lowered) -> int:
 def _npu_bound(lowered, k, target, report, inputs, outputs) -> tuple[float, int, str]:
     npu = target.npu
     macs = _partition_macs(report, k)
-    per_cycle = NPU_BANDWIDTH.get(npu.kind, _DEFAULT_BANDWIDTH)[0]
+    per_cycle = npu.bytes_per_cycle
     shuffled = _transpose_bytes(lowered)
     moved = _weight_bytes(lowered) + sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)) \
         + shuffled

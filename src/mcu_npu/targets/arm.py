@@ -144,6 +144,8 @@ def ethos_u(accelerator: str, *, clock_hz: int | None = None, sram_bytes: int | 
         transpose_as_block_swap=family == "ethos-u55",
         compact_means=True,
         table_softmax=True,
+        bytes_per_cycle=16,
+        bandwidth_source="assumed: Ethos-U's two 64-bit AXI ports, 16 bytes per cycle",
     )
 
 

@@ -12,6 +12,14 @@ _NO_FLASH = ("'Neutron compute has no access to FLASH' (ExecuTorch backends/nxp/
              "NeutronBackend.cpp): NPU weights must be in SRAM, or fetched there by "
              "microcode compiled with fetch_constants_to_sram")
 
+_NEUTRON_RUNTIME = dict(
+    bytes_per_cycle=8,
+    bandwidth_source="assumed: 8 bytes per NPU cycle (one 64-bit bus to SRAM); NXP publishes "
+                     "no Neutron bandwidth",
+    runtime_transposes_io=True)
+"""What every eIQ Neutron shares: the bandwidth the latency bound assumes, and the runtime's
+transposes of flagged delegate I/O (``NeutronBackend.cpp``)."""
+
 # --- i.MX RT700 ------------------------------------------------------------------------------
 NEUTRON_N3_64 = NpuSpec(
     kind=NpuKind.NEUTRON,
@@ -22,6 +30,7 @@ NEUTRON_N3_64 = NpuSpec(
     vendor_compiler="neutron",
     limits=NeutronLimits(),
     gelu=False,
+    **_NEUTRON_RUNTIME,
     source="N3-64: the variant ExecuTorch's NXP backend supports (backends/nxp/README.md; "
            "NXP AN14700); 64 MACs per cycle derived from ExecuTorch's NSYS config "
            "neutron-imxrt700.ini (num_pipelines 8 x num_macs 8); NPU up to 325 MHz (Zephyr "
@@ -56,6 +65,7 @@ NEUTRON_N1_16 = NpuSpec(
     vendor_target="mcxn94x",
     limits=NeutronLimits(),
     gelu=False,
+    **_NEUTRON_RUNTIME,
     source="16 MACs per cycle: 'the accelerator in the MCX-N, a 150-MHz microcontroller, "
            "offers 16 MACs per cycle' (EE Times on the i.MX 95 Neutron, "
            "https://larkbiz.biz/i-mx-95-uses-in-house-npu-ip/); 4.8 GOPS = 16 MACs x 2 x "

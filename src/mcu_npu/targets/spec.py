@@ -45,6 +45,8 @@ class NeutronLimits:
     max_softmax_rows: int = 4096
     max_softmax_elements: int = 524288
     max_pool_kernel_stride: int = 4096
+    min_align_corners_input: int = 2
+    """Smallest input height and width of a resize with align_corners."""
     max_view_rank: int = 7
 
     def takes_transpose(self, shape, perm) -> bool:
@@ -139,6 +141,16 @@ class NpuSpec:
     algorithm (15 operations on the U85, 28 on the U55): 3.2 KB of flash less on the U85-256,
     2.1 KB on the U55-128, for up to about C/2 output steps of error on C classes, the order
     kept (``tflite/ops/softmax.py``)."""
+
+    bytes_per_cycle: int = 8
+    """Bytes the NPU moves per cycle, for the latency bound where its compiler gives no cycle
+    estimate (``report.latency``); ``bandwidth_source`` says where the figure comes from."""
+    bandwidth_source: str = "assumed: 8 bytes per cycle"
+    runtime_transposes_io: bool = False
+    """The device runtime transposes a delegate input or output on the CPU where the
+    payload's format flag says so (``NeutronBackend``: NCHW <-> NHWC); otherwise it copies
+    the bytes as they lie (``EthosUBackend``). The converter weighs a transpose in the graph
+    against it; the latency model charges it to the CPU."""
 
     gelu: bool = True
     """The NPU runs GELU (TFLite GELU: a table on every Ethos-U). eIQ Neutron has no GELU

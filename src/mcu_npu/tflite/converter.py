@@ -18,7 +18,6 @@ from torch.fx import Node
 from ..device.delegate_io import choose_layout
 from ..errors import ConversionError, InvalidProgramError, first_line
 from ..device.tflite_model import IOSpec, TFLiteModel
-from ..targets import NpuKind
 from . import layout
 from .args import shape_of
 from .builder import ModelBuilder
@@ -143,7 +142,7 @@ def _npu_transposes(ctx: Context, shape, dim_order, perm, preferred, is_input: b
     only copies)."""
     limits = ctx.target.npu.limits
     plain = layout.identity(len(shape))
-    if ctx.target.npu.kind is not NpuKind.NEUTRON or limits is None \
+    if not ctx.target.npu.runtime_transposes_io or limits is None \
             or tuple(dim_order) != plain or layout.same_memory_order(shape, perm, plain):
         return False
     src, dst = (plain, tuple(preferred)) if is_input else (tuple(preferred), plain)

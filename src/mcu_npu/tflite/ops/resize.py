@@ -35,7 +35,6 @@ from ..args import bind, shape_of
 from ..context import OP, Context
 from ..ops_aliases import aten, at
 from ..registry import operator
-from ...targets import NpuKind
 from ._checks import static_shapes
 
 NHWC = layout.channels_last(4)
@@ -105,7 +104,9 @@ def npu_upscale_factors(node: Node, target=None) -> bool:
     if target is None:
         return True
     (ih, iw), _ = _sizes(node)
-    if _align_corners(node) and target.npu.kind is NpuKind.NEUTRON and min(ih, iw) < 2:
+    limits = target.npu.limits
+    if _align_corners(node) and limits is not None and \
+            min(ih, iw) < limits.min_align_corners_input:
         return False
     return all(f in FACTORS for f in _factors(node))
 
@@ -114,7 +115,7 @@ def vela_resize_limits(node: Node, target=None) -> bool:
     """on Ethos-U, resize must have a batch of one and scale height and width by the same
     factor unless the output is one row or column, and bilinear resize without align_corners
     (TFLite half_pixel_centers) only by 2 (Vela's limits)"""
-    if target is None or target.npu.kind is not NpuKind.ETHOS_U:
+    if target is None or target.npu.vela is None:
         return True
     if node.args[0].meta["val"].shape[0] != 1:
         return False
