@@ -24,7 +24,7 @@ in one fresh process per row:
 * ours: ``mcu_npu.compile`` from the module to the ``.pte`` bytes, the accuracy check
   excluded (it runs the program on the host and is shown apart);
 * calib: the part of ``ours`` spent running the calibration samples through the observed
-  graph (in float64, ``neutron_quantizer.calibrate``): it grows with the number of samples
+  graph (in float64, ``quantization.driver.calibrate``): it grows with the number of samples
   the user gives, not with the compiler.
 
 It prints ``ratio = ours / (baseline + npu)``: the time this project adds around what any
@@ -144,7 +144,7 @@ def worker(name: str, target: str, method: str | None = None) -> dict:
 
     import mcu_npu
     import mcu_npu.flow.measure as measuring
-    from mcu_npu.quantization import neutron_quantizer
+    from mcu_npu.quantization import driver
     from _upstream_arm import capture_regor
     from ethos_u import calibration_set
 
@@ -167,7 +167,7 @@ def worker(name: str, target: str, method: str | None = None) -> dict:
 
     measuring.measure_accuracy = timed
     calibration_s = [0.0]
-    calibrate = neutron_quantizer.calibrate
+    calibrate = driver.calibrate
 
     def timed_calibration(*args, **kwargs):
         start = time.perf_counter()
@@ -176,7 +176,7 @@ def worker(name: str, target: str, method: str | None = None) -> dict:
         finally:
             calibration_s[0] += time.perf_counter() - start
 
-    neutron_quantizer.calibrate = timed_calibration
+    driver.calibrate = timed_calibration
     with capture_regor() as calls:
         t, cpu = time.perf_counter(), time.process_time()
         kwargs = method_kwargs(method)

@@ -16,7 +16,7 @@ import torch
 from mcu_npu.report.metrics import sqnr_db  # noqa: F401  (re-exported for tests)
 from mcu_npu.flow.edge import to_edge_program
 from mcu_npu.flow.export import export_module
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 from mcu_npu.runtime.litert import run_model
 from mcu_npu.tflite import convert
 
@@ -57,7 +57,7 @@ def quantized_edge(model, example_inputs, calibration=None, quantizer=None):
     GraphModule): export -> quantize (NPU rules) -> Edge."""
     if not isinstance(model, torch.fx.GraphModule):
         model = export_module(model, example_inputs)
-    reference = quantize(model, example_inputs, calibration, quantizer or NeutronQuantizer())
+    reference = quantize(model, example_inputs, calibration, quantizer or NpuQuantizer())
     return reference, to_edge_program(reference, example_inputs)
 
 

@@ -21,7 +21,7 @@ from mcu_npu.flow.export import export_module
 from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.passes.aten import FoldConstants, SaturateAttentionMask
 from mcu_npu.passes.aten.saturate_attention_mask import MASK_KEY
-from mcu_npu.quantization import NeutronQuantizer
+from mcu_npu.quantization import NpuQuantizer
 from mcu_npu.targets import get_target
 from mcu_npu.tflite import convert
 
@@ -93,7 +93,7 @@ def test_masked_weights_are_exactly_zero_in_int8():
     while the kept weights stay within one output step of each other."""
     calibration = [(3 * s,) for (s,) in calibration_set((torch.zeros(2, TOKENS, TOKENS),))]
     x = calibration[0]
-    quantizer = NeutronQuantizer(aten_passes=[FoldConstants(), SaturateAttentionMask()])
+    quantizer = NpuQuantizer(aten_passes=[FoldConstants(), SaturateAttentionMask()])
     reference, edge = quantized_edge(CausalWeights().eval(), x, calibration, quantizer)
     future = CausalWeights().future
     want = reference(*x).detach()

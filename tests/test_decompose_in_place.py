@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 from mcu_npu.upstream.edge_dialect import needs_retrace, to_edge_in_place
 from mcu_npu.flow.edge import core_aten_program, edge_compile_config
 from mcu_npu.flow.export import export_module
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 from test_edge_dialect import _structure
 
 
@@ -80,7 +80,7 @@ def test_in_place_matches_decomposed_to_edge(case, monkeypatch):
     x = (torch.randn(shape),)
     gm = export_module(model().eval(), x)
     if quantized:
-        gm = quantize(gm, x, [x], NeutronQuantizer())
+        gm = quantize(gm, x, [x], NpuQuantizer())
     twin = torch.export.export(copy.deepcopy(gm), x)
     for node in twin.graph.nodes:  # as core_aten_program drops it
         node.meta.pop("from_node", None)

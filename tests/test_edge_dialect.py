@@ -14,7 +14,7 @@ from mcu_npu.upstream.edge_dialect import needs_retrace, to_edge_in_place
 from mcu_npu.flow.edge import core_aten_program, edge_compile_config, to_edge_program
 from mcu_npu.flow.export import export_module
 from mcu_npu.flow.rewrite import default_aten_passes
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 from mcu_npu.targets import get_target
 
 from helpers import value_layout
@@ -71,7 +71,7 @@ def _program(model, shape, quantized=True, aten_passes=False):
             p(gm)
         gm.recompile()
     if quantized:
-        gm = quantize(gm, x, [x], NeutronQuantizer())
+        gm = quantize(gm, x, [x], NpuQuantizer())
     return core_aten_program(gm, x, edge_compile_config()), x
 
 

@@ -10,7 +10,7 @@ from torch import nn
 from mcu_npu.flow.export import export_module
 from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.graph.ids import tag_nodes
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 from mcu_npu.targets import get_target
 
 from mcu_npu.upstream.export_in_place import export_in_place
@@ -49,7 +49,7 @@ def _reference(case: str):
             p(gm)
         gm.recompile()
     if quantized == "quantized":
-        gm = quantize(gm, x, [x], NeutronQuantizer())
+        gm = quantize(gm, x, [x], NpuQuantizer())
     return gm, x
 
 

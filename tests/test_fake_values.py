@@ -15,7 +15,7 @@ from helpers import value_layout
 from mcu_npu.flow.edge import to_edge_program
 from mcu_npu.flow.export import export_module
 from mcu_npu.graph.fake_values import output_dtype, propagate
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 
 qd = torch.ops.quantized_decomposed
 
@@ -37,7 +37,7 @@ class Net(nn.Module):
 def _programs():
     x = (torch.randn(1, 3, 6, 6),)
     gm = export_module(Net().eval(), x)
-    reference = quantize(gm, x, [x], NeutronQuantizer())
+    reference = quantize(gm, x, [x], NpuQuantizer())
     return x, reference, to_edge_program(copy.deepcopy(reference), x).exported_program()
 
 

@@ -43,7 +43,7 @@ import torch
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 import mcu_npu
 from mcu_npu.nn import {name}, {name}Cell
-from mcu_npu.quantization import NeutronQuantizer
+from mcu_npu.quantization import NpuQuantizer
 
 torch.manual_seed(0)
 for ours, theirs, x in (({name}, torch.nn.{name}(4, 6, batch_first=True), torch.randn(1, 3, 4)),
@@ -52,7 +52,7 @@ for ours, theirs, x in (({name}, torch.nn.{name}(4, 6, batch_first=True), torch.
     module = ours.from_float(theirs).eval()
     torch.testing.assert_close(module(x), theirs(x), rtol=1e-5, atol=1e-6)
     gm = torch.export.export(module, (x,)).module()
-    prepared = prepare_pt2e(gm, NeutronQuantizer())
+    prepared = prepare_pt2e(gm, NpuQuantizer())
     prepared(x)
     converted = convert_pt2e(prepared)
     assert any("quantize_per_tensor" in str(n.target) for n in converted.graph.nodes)

@@ -20,7 +20,7 @@ from torch import nn
 from mcu_npu.upstream import patches as upstream_patches
 from mcu_npu.flow.edge import core_aten_program, edge_compile_config
 from mcu_npu.flow.export import export_module
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 
 from helpers import assert_same_program
 
@@ -88,7 +88,7 @@ def test_edge_program_from_core_aten_is_what_to_edge_gives(model, shape, quantiz
     x = (torch.randn(shape),)
     gm = export_module(model.eval(), x)
     if quantized:
-        gm = quantize(gm, x, [x], NeutronQuantizer())
+        gm = quantize(gm, x, [x], NpuQuantizer())
     config = edge_compile_config()
     ep = core_aten_program(gm, x, config)
     expected = to_edge(copy.deepcopy(ep), compile_config=config)
@@ -298,9 +298,9 @@ def test_prepare_names_observers_the_same_with_the_linear_time_factory():
         gm = torch.export.export(model, x).module(check_guards=False)
         if patched:
             with upstream_patches.observer_names_in_linear_time():
-                prepared = prepare_pt2e(gm, NeutronQuantizer())
+                prepared = prepare_pt2e(gm, NpuQuantizer())
         else:
-            prepared = prepare_pt2e(gm, NeutronQuantizer())
+            prepared = prepare_pt2e(gm, NpuQuantizer())
         return [(n.name, n.target, [a.name for a in n.all_input_nodes])
                 for n in prepared.graph.nodes if n.op == "call_module"]
 
@@ -393,7 +393,7 @@ def test_non_strict_pattern_traces_are_the_graphs_torchao_traces(monkeypatch):
     x = torch.randn(2, 3, 6, 6)
     with upstream_patches.pattern_graphs_traced_once():
         gm = torch.export.export(ConvBN().train(), (x,)).module(check_guards=False)
-        prepared = prepare_qat_pt2e(gm, NeutronQuantizer(is_qat=True))
+        prepared = prepare_qat_pt2e(gm, NpuQuantizer(is_qat=True))
         prepared(x)
         convert_pt2e(prepared)
     assert len(requests) >= 4  # the fuse's and the fold's pattern functions

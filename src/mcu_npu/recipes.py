@@ -28,10 +28,10 @@ from .flow.edge import edge_compile_config
 from .flow.place import plan
 from .flow.rewrite import default_aten_passes
 from .partition import NeutronPartitioner
-from .quantization import NeutronQuantizer
+from .quantization import NpuQuantizer
 from .quantization.calibration import DEFAULT as DEFAULT_CALIBRATION
 from .quantization.composed import TargetQuantizer
-from .quantization.neutron_quantizer import (RecipePatches, begin_float64_calibration,
+from .quantization.driver import (RecipePatches, begin_float64_calibration,
                                              end_float64_calibration, whole_model_check)
 from .targets import NpuKind, get_target
 
@@ -99,7 +99,7 @@ def neutron_recipe(
                                     aten_passes=default_aten_passes(tgt), planner=plan,
                                     calibration_method=calibration_method)
     else:
-        quantizer = NeutronQuantizer(is_qat=is_qat, aten_passes=default_aten_passes(tgt),
+        quantizer = NpuQuantizer(is_qat=is_qat, aten_passes=default_aten_passes(tgt),
                                      calibration_method=calibration_method)
     partitioner = NeutronPartitioner(tgt, excluded, npu_compiler)
     samples = None if calibration is None else [tuple(s) if isinstance(s, (list, tuple))

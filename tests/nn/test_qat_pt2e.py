@@ -10,7 +10,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt
 
 from mcu_npu import nn as qnn
 from mcu_npu.report.metrics import sqnr_db
-from mcu_npu.quantization import NeutronQuantizer
+from mcu_npu.quantization import NpuQuantizer
 
 
 class Head(nn.Module):
@@ -33,7 +33,7 @@ def test_module_trains_under_pt2e_qat_and_converts(make):
     model = Head(make()).eval()
     x = torch.randn(2, 5, 6)
     graph = torch.export.export(model, (x,)).module(check_guards=False)
-    prepared = prepare_qat_pt2e(graph, NeutronQuantizer(is_qat=True))
+    prepared = prepare_qat_pt2e(graph, NpuQuantizer(is_qat=True))
     assert any("FakeQuantize" in type(m).__name__ for m in prepared.modules())
     opt = torch.optim.SGD(prepared.parameters(), lr=1e-3)
     for _ in range(3):

@@ -19,7 +19,7 @@ from mcu_npu.flow.edge import edge_compile_config
 from mcu_npu.flow.export import export_module
 from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.flow.place import plan
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 from mcu_npu.quantization.composed import TargetQuantizer
 from mcu_npu.recipes import get_imxrt700_recipe
 from mcu_npu.targets import get_target
@@ -133,7 +133,7 @@ def test_standalone_partitioner_reused_in_to_edge_transform_and_lower():
         return bytes(edge.to_executorch().buffer)
 
     # each model quantized once: the partitioners, reused and fresh, lower the same module
-    a, b = [(quantize(export_module(m, s[0]), s[0], s, NeutronQuantizer()), s[0])
+    a, b = [(quantize(export_module(m, s[0]), s[0], s, NpuQuantizer()), s[0])
             for m, s in _models()]
     partitioner = NeutronPartitioner()
     reused = [lowered(a, partitioner), lowered(b, partitioner)]

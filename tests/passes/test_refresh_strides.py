@@ -16,7 +16,7 @@ from helpers import value_layout
 from mcu_npu.flow.edge import to_edge_program
 from mcu_npu.flow.export import export_module
 from mcu_npu.passes.edge import RefreshStrides
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 
 aten = torch.ops.aten
 
@@ -40,7 +40,7 @@ def _edge():
     torch.manual_seed(0)
     x = (torch.randn(1, 6, 6, 6),)
     gm = export_module(PermuteIntoConvAndAdd().eval(), x)
-    reference = quantize(gm, x, [x, (torch.randn(1, 6, 6, 6),)], NeutronQuantizer())
+    reference = quantize(gm, x, [x, (torch.randn(1, 6, 6, 6),)], NpuQuantizer())
     return to_edge_program(copy.deepcopy(reference), x).exported_program()
 
 

@@ -1,4 +1,4 @@
-"""The NeutronQuantizer's rules, one test per fusion / sharing rule, read off the prepared
+"""The NpuQuantizer's rules, one test per fusion / sharing rule, read off the prepared
 (observers inserted) or converted (quantize / dequantize inserted) PT2E graph."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torchao.quantization.pt2e.fake_quantize import FakeQuantize
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
 from op_cases import Fn
-from mcu_npu.quantization import NeutronQuantizer
+from mcu_npu.quantization import NpuQuantizer
 from mcu_npu.upstream.patches import pattern_graphs_traced_once
 
 aten = torch.ops.aten
@@ -39,7 +39,7 @@ def inputs_for(*shapes):
 
 def prepared(module, inputs) -> GraphModule:
     gm = torch.export.export(module.eval(), inputs).module()
-    p = prepare_pt2e(gm, NeutronQuantizer())
+    p = prepare_pt2e(gm, NpuQuantizer())
     for _ in range(4):
         p(*(torch.randn_like(x) for x in inputs))
     p(*inputs)
@@ -303,7 +303,7 @@ def test_qat_prepare_train_convert():
     target = torch.randint(0, 4, (8,))
     gm = torch.export.export(model.train(), (x,)).module()
     with pattern_graphs_traced_once():  # as mcu_npu runs torchao's QAT rewrites
-        p = prepare_qat_pt2e(gm, NeutronQuantizer(is_qat=True))
+        p = prepare_qat_pt2e(gm, NpuQuantizer(is_qat=True))
     fake_quants = [m for m in p.modules() if isinstance(m, FakeQuantize)]
     assert len(fake_quants) >= 5  # input, conv weight, relu out, pool/fc in, fc weight, fc out
 
@@ -337,3 +337,11 @@ def test_qat_prepare_train_convert():
     # the converted model computes what fake quantization simulated, to about an output step
     step, _ = output_qparams(only(c, aten.linear.default))
     assert (out - simulated).abs().max() <= 2 * step
+
+
+def test_the_npu_quantizer_keeps_its_former_name():
+    """``NpuQuantizer`` quantizes for every NPU here; code written against its former name,
+    ``NeutronQuantizer``, gets the same class."""
+    from mcu_npu.quantization import NeutronQuantizer, NpuQuantizer
+
+    assert NeutronQuantizer is NpuQuantizer

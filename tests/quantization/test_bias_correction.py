@@ -100,11 +100,11 @@ def test_a_correction_turned_down_leaves_the_calibrated_biases(separable, monkey
 def test_layers_are_found_behind_their_observers(separable):
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from mcu_npu.quantization.neutron_quantizer import NeutronQuantizer
+    from mcu_npu.quantization.npu_quantizer import NpuQuantizer
 
     model, calibration, _ = separable
     gm = torch.export.export(model, calibration[0]).module(check_guards=False)
-    prepared = prepare_pt2e(gm, NeutronQuantizer())
+    prepared = prepare_pt2e(gm, NpuQuantizer())
     found = bias_correction.correctable(prepared)
     assert [n.target for n, _, _ in found] == [torch.ops.aten.conv2d.default] * 5 + [
         torch.ops.aten.linear.default]
@@ -116,12 +116,12 @@ def test_verdict_is_the_simulated_sqnr_before_and_after(separable):
     both are the whole-model simulation of the ranges and biases the graph then holds."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from mcu_npu.quantization import neutron_quantizer as nq
+    from mcu_npu.quantization import driver as nq
 
     model, calibration, _ = separable
     gm = torch.export.export(model, calibration[0]).module(check_guards=False)
     with nq.torchao_as_quantize_runs_it():
-        prepared = prepare_pt2e(gm, nq.NeutronQuantizer())
+        prepared = prepare_pt2e(gm, nq.NpuQuantizer())
         outputs = nq.calibrate(prepared, calibration)
         checked = nq.check_auto(prepared, calibration, outputs)
         assert checked is not None  # auto moved tensors here: "before" is the check's
@@ -142,7 +142,7 @@ def test_means_recorded_in_calibration_are_the_float_runs(separable, monkeypatch
     own gives, byte for byte."""
     import contextlib
 
-    from mcu_npu.quantization import neutron_quantizer
+    from mcu_npu.quantization import driver
 
     model, calibration, _ = separable
     runs = []
@@ -150,7 +150,7 @@ def test_means_recorded_in_calibration_are_the_float_runs(separable, monkeypatch
     monkeypatch.setattr(bias_correction, "_run", lambda *a: runs.append(a[2]) or run(*a))
     recorded = _compile(model, calibration, bias_correction=True)
     assert [params is None for params in runs] == [False]  # no float run: it was recorded
-    monkeypatch.setattr(neutron_quantizer, "float_means_recorded",
+    monkeypatch.setattr(driver, "float_means_recorded",
                         lambda prepared: contextlib.nullcontext({}))
     own_run = _compile(model, calibration, bias_correction=True)
     assert [params is None for params in runs] == [False, True, False]

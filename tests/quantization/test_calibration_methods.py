@@ -12,7 +12,7 @@ from torchao.quantization.pt2e.observer import MinMaxObserver
 
 import mcu_npu
 from mcu_npu.errors import ConfigError
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 from mcu_npu.quantization.calibration import METHODS
 from mcu_npu.quantization.calibration.auto import MARGIN_DB
 from mcu_npu.quantization.calibration.observer import CalibrationObserver
@@ -192,7 +192,7 @@ def _samples(n, seed):
 def test_quantize_twice_gives_the_same_parameters():
     model, samples = _conv_model(), _samples(8, 4)
     refs = [quantize(torch.export.export(model, samples[0]).module(), samples[0], samples,
-                     NeutronQuantizer()) for _ in range(2)]
+                     NpuQuantizer()) for _ in range(2)]
     params = [[(str(n.target), [float(a) for a in n.args[1:3]]) for n in r.graph.nodes
                if "quantize_per_tensor" in str(n.target)] for r in refs]
     assert params[0] == params[1] and params[0]
@@ -207,7 +207,7 @@ def test_bad_method_names_are_config_errors():
         mcu_npu.compile(model, samples[0], target="corstone-300", calibration=samples,
                         calibration_method="mse", train_fn=lambda gm: None)
     with pytest.raises(ConfigError, match="unknown calibration_method"):
-        NeutronQuantizer(calibration_method="MinMax")
+        NpuQuantizer(calibration_method="MinMax")
 
 
 @pytest.mark.slow

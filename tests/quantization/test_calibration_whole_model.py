@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import mcu_npu
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 from mcu_npu.quantization.calibration.records import CALIBRATION_KEY
 from mcu_npu.quantization.calibration import whole_model
 from mcu_npu.quantization.calibration.whole_model import CHECK_KEY, MIN_GAIN_DB
@@ -44,7 +44,7 @@ def samples(n=16, seed=0):
 
 
 def minmax_and_auto(model, data):
-    refs = {m: quantize(model, data[0], data, NeutronQuantizer(calibration_method=m))
+    refs = {m: quantize(model, data[0], data, NpuQuantizer(calibration_method=m))
             for m in ("minmax", "auto")}
     return refs["minmax"], refs["auto"]
 
@@ -93,7 +93,7 @@ def test_auto_ranges_that_do_not_raise_it_enough_give_minmax_everywhere(monkeypa
     minmax, auto = minmax_and_auto(model, data)
     gain = auto.meta[CHECK_KEY]["auto_sqnr_db"] - auto.meta[CHECK_KEY]["minmax_sqnr_db"]
     monkeypatch.setattr(whole_model, "MIN_GAIN_DB", gain + 0.5)
-    turned_down = quantize(model, data[0], data, NeutronQuantizer(calibration_method="auto"))
+    turned_down = quantize(model, data[0], data, NpuQuantizer(calibration_method="auto"))
     verdict = turned_down.meta[CHECK_KEY]
     assert verdict["kept"] == "minmax"
     assert verdict["minmax_sqnr_db"] == round(whole_sqnr(model, turned_down, data), 2)

@@ -12,7 +12,7 @@ from torchao.quantization.pt2e import qat_utils, quantize_pt2e
 from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 
 from mcu_npu.flow.export import export_module
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 from mcu_npu.upstream.patches import conv_bn_rewrites_where_they_match, conv_feeds_batch_norm
 
 aten = torch.ops.aten
@@ -47,7 +47,7 @@ def test_ptq_of_a_batch_norm_no_conv_feeds_traces_no_pattern(traced):
     model = nn.Sequential(nn.ReLU(), lone_bn()).eval()
     gm = export_module(model, (x,))
     assert not conv_feeds_batch_norm(gm.graph)
-    reference = quantize(gm, (x,), [(x,)], NeutronQuantizer())
+    reference = quantize(gm, (x,), [(x,)], NpuQuantizer())
     assert not traced
     assert any(n.target == aten.batch_norm.default for n in reference.graph.nodes)
     with torch.no_grad():
@@ -66,6 +66,6 @@ def test_qat_conv_then_batch_norm_still_rewritten(traced):
     gm = torch.export.export(model, (torch.randn(2, 3, 6, 6),)).module()
     assert conv_feeds_batch_norm(gm.graph)
     with conv_bn_rewrites_where_they_match():
-        prepared = prepare_qat_pt2e(gm, NeutronQuantizer(is_qat=True))
+        prepared = prepare_qat_pt2e(gm, NpuQuantizer(is_qat=True))
     assert traced  # the QAT fusion ran
     assert conv_feeds_batch_norm(prepared.graph)  # conv / scale -> BN: convert folds it

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Interpreter
 
-from mcu_npu.quantization import NeutronQuantizer, quantize
+from mcu_npu.quantization import NpuQuantizer, quantize
 from mcu_npu.quantization.exact import run_exact, run_graph_exact
 
 _qd = torch.ops.quantized_decomposed
@@ -75,7 +75,7 @@ def _reference_and_samples():
     g = torch.Generator().manual_seed(5)
     samples = [(torch.randn(1, 3, 8, 8, generator=g),) for _ in range(10)]
     graph = torch.export.export(model, samples[0]).module()
-    return quantize(graph, samples[0], samples[:6], NeutronQuantizer()), samples
+    return quantize(graph, samples[0], samples[:6], NpuQuantizer()), samples
 
 
 def _equal(a, b) -> bool:

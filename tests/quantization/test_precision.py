@@ -14,7 +14,7 @@ from mcu_npu.flow.rewrite import default_aten_passes
 from mcu_npu.quantization import QuantSpecs
 from mcu_npu.quantization.annotators import output_dtype
 from mcu_npu.quantization.composed import TargetQuantizer
-from mcu_npu.quantization.neutron_quantizer import NeutronQuantizer
+from mcu_npu.quantization.npu_quantizer import NpuQuantizer
 from mcu_npu.quantization.precision import (CPU_REASON, AutoPrecision, PrecisionChoice,
                                             PrecisionRequest, parse_precision, resolve)
 from mcu_npu.targets import get_target
@@ -119,7 +119,7 @@ def test_annotation_requantizes_where_int8_and_int16_meet():
     int8 input observer (a requantize), and the view follows its int16 input."""
     graph, _ = aten_graph()
     ids = {n.name: node_id(n) for n in graph.graph.nodes if n.op == "call_function"}
-    NeutronQuantizer(precision=PrecisionChoice(int16=frozenset({ids["conv2d"]}))) \
+    NpuQuantizer(precision=PrecisionChoice(int16=frozenset({ids["conv2d"]}))) \
         .annotate(graph)
     nodes = {n.name: n for n in graph.graph.nodes}
     assert output_dtype(nodes["relu"]) == torch.int16

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mcu_npu.quantization import NeutronQuantizer
+from mcu_npu.quantization import NpuQuantizer
 from mcu_npu.quantization.annotators import RULES
 from mcu_npu.tflite.ops_aliases import aten
 from mcu_npu.tflite.registry import (
@@ -19,7 +19,7 @@ at = torch.ops.aten
 
 def test_every_annotation_rule_resolves():
     assert ANNOTATIONS and all(e.rule(p) in RULES for p, e in ANNOTATIONS.items())
-    assert set(NeutronQuantizer.supported_ops()) == set(ANNOTATIONS)
+    assert set(NpuQuantizer.supported_ops()) == set(ANNOTATIONS)
 
 
 def test_each_op_has_one_entry():

@@ -77,14 +77,14 @@ def whole_model_sqnr(graph: GraphModule, samples: list, method: str,
     check would triple the simulations."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from ..quantization import NeutronQuantizer
+    from ..quantization import NpuQuantizer
     from ..quantization.calibration.whole_model import observer_params, simulated_sqnr
-    from ..quantization.neutron_quantizer import (_computing_in_float64, calibrate,
-                                                  torchao_as_quantize_runs_it)
+    from ..quantization.driver import (_computing_in_float64, calibrate,
+                                       torchao_as_quantize_runs_it)
 
     with torchao_as_quantize_runs_it():
         prepared = prepare_pt2e(copy.deepcopy(graph),
-                                NeutronQuantizer(calibration_method=method))
+                                NpuQuantizer(calibration_method=method))
         outputs = calibrate(prepared, samples)
         reference = outputs if float_outputs is None else float_outputs
         with _computing_in_float64(prepared):

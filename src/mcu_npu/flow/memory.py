@@ -177,8 +177,8 @@ _AUTO_ORDER = ("sram", "flash", "dedicated-sram")
 """The placements ``auto`` compares, in the order it tries (and reports) them."""
 
 
-def place(edge, decided: Plan, target: Target, memory: str, io, precision,
-          choice) -> Lowered:
+def lower_in_memory(edge, decided: Plan, target: Target, memory: str, io, precision,
+                    choice) -> Lowered:
     """The program lowered for ``memory`` ("auto" or one of the target's placements), the
     report's ``placement`` filled in."""
     if memory != "auto":

@@ -27,7 +27,7 @@ from ..errors import ConfigError, stage
 from ..graph.ids import node_id, tag_nodes
 from ..partition.placement import Placement
 from ..partition.plan import Plan, PlanOptions, fingerprint, plan_program
-from ..quantization import NeutronQuantizer, quantize
+from ..quantization import NpuQuantizer, quantize
 from .edge import to_edge_program
 
 PLACING = "deciding what the NPU runs"
@@ -121,7 +121,7 @@ def portable_nodes(model: GraphModule, placement: Placement, target) -> Mapping[
     return MappingProxyType(portable)
 
 
-class _Trial(NeutronQuantizer):
+class _Trial(NpuQuantizer):
     """The NPU's quantizer, noting the fingerprint of the graph it annotates: the graph the
     composed quantizer annotates after the same preparation."""
 

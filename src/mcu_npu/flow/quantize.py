@@ -14,7 +14,7 @@ from torch.fx import GraphModule
 from ..backend.cortex_m import cortex_m_core
 from ..errors import stage
 from ..partition.plan import Plan, PlanOptions
-from ..quantization import NeutronQuantizer, quantize, quantize_qat
+from ..quantization import NpuQuantizer, quantize, quantize_qat
 from ..quantization.composed import PlanMismatch, TargetQuantizer
 from ..quantization.precision import PrecisionChoice, PrecisionRequest, resolve
 from .edge import TO_EDGE, to_edge_program
@@ -101,7 +101,7 @@ def _requantize(graph, example_inputs, samples, target, decided: Plan,
     with stage("quantizing for the NPU and the Cortex-M kernels", exclude_hint):
         quantizer = TargetQuantizer(target, plan=decided, planner=planner, precision=choice,
                                     calibration_method=method, bias_correction=correct) \
-            if fallback else NeutronQuantizer(precision=choice, calibration_method=method,
+            if fallback else NpuQuantizer(precision=choice, calibration_method=method,
                                               bias_correction=correct)
         reference = quantize(graph, example_inputs, samples, quantizer)
     with stage(TO_EDGE):
@@ -119,7 +119,7 @@ def qat(graph, example_inputs, samples, train_fn, target, options: PlanOptions,
         planned = place(graph, target, options)
         choice = resolve_precision(precision, graph, planned)
     if not cortex_m_core(target):
-        quantizer = NeutronQuantizer(is_qat=True, precision=choice)
+        quantizer = NpuQuantizer(is_qat=True, precision=choice)
     elif planned is not None:  # the plan carries the exclusions and the compiler; QAT
         # annotates the graph with its batch norms (the trial's PTQ folds them), so a graph
         # with any is planned again by the planner

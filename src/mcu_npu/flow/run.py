@@ -28,7 +28,7 @@ from .int8_io import take_integer_inputs
 from .inputs import check_arguments
 from .options import CompileOptions
 from .lower import plan_edge
-from .memory import place
+from .memory import lower_in_memory
 from .measure import measure
 from .quantize import quantize_model
 from .report import record_calibration
@@ -110,8 +110,8 @@ def _run(model, example_inputs, calibration, accuracy_samples, options: CompileO
         args.samples, args.target)
     decided = plan_edge(quantized.edge, args.target, quantized.decided)
     before = copy.deepcopy(quantized.edge) if keep_edges else None
-    placed = place(quantized.edge, decided, args.target, args.memory, args.program_io,
-                   precision, quantized.choice)
+    placed = lower_in_memory(quantized.edge, decided, args.target, args.memory,
+                             args.program_io, precision, quantized.choice)
     buffer, host_data, report = placed.buffer, placed.host_data, placed.report
     report.notes += [n for n in pass_failures(graph) + graph.meta.get(NOTES_KEY, [])
                      if n not in report.notes]

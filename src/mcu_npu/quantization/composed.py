@@ -35,7 +35,7 @@ from ..passes.aten.saturate_attention_mask import MASK_KEY
 from .annotators import KEY, annotate_masked_add, output_dtype
 from .calibration import DEFAULT, check_method
 from .cortex_m import cortex_m_quantizer
-from .neutron_quantizer import NeutronQuantizer
+from .npu_quantizer import NpuQuantizer
 from .precision import PrecisionChoice
 from .qspecs import QuantSpecs
 
@@ -107,7 +107,7 @@ class TargetQuantizer(Quantizer):
         return self.options.operators_not_to_delegate
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
-        model = NeutronQuantizer(aten_passes=self.aten_passes).transform_for_annotation(model)
+        model = NpuQuantizer(aten_passes=self.aten_passes).transform_for_annotation(model)
         return tag_nodes(model)
 
     def plan_for(self, model: GraphModule) -> Plan:
@@ -127,7 +127,7 @@ class TargetQuantizer(Quantizer):
         on_npu: Callable[[Node], bool] = lambda n: placement.on_npu(node_id(n))
         decompose_on_cpu(model, [n for n in model.graph.nodes if n.op == "call_function"
                                  and not on_npu(n) and not _cortex_m_fuses(n, on_npu)])
-        NeutronQuantizer(is_qat=self.is_qat, node_filter=on_npu, precision=self.precision,
+        NpuQuantizer(is_qat=self.is_qat, node_filter=on_npu, precision=self.precision,
                          calibration_method=self.calibration_method).annotate(model)
         for node in model.graph.nodes:
             if node.op == "call_function" and on_npu(node):

@@ -94,7 +94,7 @@ def layers(ops) -> list[int]:
     return layer
 
 
-def place(ops) -> tuple[list[Box], float, float]:
+def lay_out(ops) -> tuple[list[Box], float, float]:
     """(one Box per op, width, height): layers left to right, wrapped into bands."""
     layer = layers(ops)
     index = {o.node: i for i, o in enumerate(ops)}
@@ -228,7 +228,7 @@ def render(ops, latency_rows=()) -> str:
     """The placement graph of ``ops`` (``report.ops``) as one ``<svg>`` element."""
     if not ops:
         return '<p class="muted">No compute ops in the report.</p>'
-    boxes, width, height = place(ops)
+    boxes, width, height = lay_out(ops)
     index = {o.node: i for i, o in enumerate(ops)}
     edge_marks, box_marks = transpose_marks(ops, [r for r in latency_rows if isinstance(r, dict)])
     out = [f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" '
