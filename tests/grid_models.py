@@ -49,3 +49,11 @@ def crash():
     import os
 
     os._exit(3)
+
+
+def hang():
+    """A factory that never returns (a compile that hangs): only a timeout ends its cell."""
+    import time
+
+    while True:
+        time.sleep(60)

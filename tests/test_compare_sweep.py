@@ -151,10 +151,35 @@ def test_a_crashed_worker_is_its_own_row_and_the_others_are_run_again():
     assert broken.error.endswith("RuntimeError: this factory cannot build its model")
 
 
+def test_a_cell_past_its_timeout_is_stopped_and_is_its_own_row():
+    """With ``timeout`` each cell runs in a process of its own: one that never ends is
+    stopped at its deadline and its row says so; the others' rows are as usual, a
+    factory's failure and a crash included."""
+    grid = sweep([f"{MODELS}:hang", f"{MODELS}:broken", f"{MODELS}:crash"], ["corstone-300"],
+                 workers=2, progress=False, timeout=3)
+    hung, broken, crashed = grid.rows
+    assert hung.error == "timed out: still compiling after 3 s, stopped (timeout=)"
+    assert broken.error.endswith("RuntimeError: this factory cannot build its model")
+    assert crashed.error.startswith("the worker process died compiling this cell")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("grid")
+def test_a_timed_cell_gives_the_row_of_the_pool(pool_grid):
+    """A cell within its timeout gives the row the process pool gives."""
+    timed = sweep([f"{MODELS}:tiny_cnn"], TARGETS[:1], progress=False, timeout=600)
+    assert timed.rows == pool_grid[0].rows[:1]
+
+
 def test_bad_grid_arguments_are_config_errors(monkeypatch):
     model, example, _ = tiny_cnn()
     with pytest.raises(ConfigError, match="unknown target 'nope'"):
         sweep([f"{MODELS}:tiny_cnn"], ["nope"])
+    for bad in (0, -1.0, float("inf"), "10", True):
+        with pytest.raises(ConfigError, match="timeout is the seconds a cell may compile"):
+            sweep([f"{MODELS}:tiny_cnn"], TARGETS, timeout=bad)
+    with pytest.raises(ConfigError, match="timeout= stops a cell's process"):
+        sweep([f"{MODELS}:tiny_cnn"], TARGETS, executor="serial", timeout=5)
     with pytest.raises(ConfigError, match="has no function 'missing'"):
         sweep([f"{MODELS}:missing"], TARGETS)
     with pytest.raises(ConfigError, match="not sent to worker processes"):
@@ -203,6 +228,8 @@ def test_commands_refuse_bad_input_in_one_line_and_write_nothing(tmp_path):
             "has no function 'nothing'",
         ("compare", f"{MODELS}:tiny_mlp", "--targets", "corstone-300", "-j", "0"):
             "-j/--workers must be at least 1",
+        ("compare", f"{MODELS}:tiny_mlp", "--targets", "corstone-300", "--timeout", "0"):
+            "timeout is the seconds a cell may compile",
     }
     bad = {
         "unknown.toml": (f'models = ["{MODELS}:tiny_mlp"]\ntargets = ["corstone-300"]\n'

@@ -49,6 +49,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray", metavar="ADDRESS",
                    help="run the compiles as Ray tasks: 'local' (a Ray instance started here), "
                         "'auto' (the running cluster) or ray://HOST:PORT; needs mcu-npu[ray]")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="stop a compile still running after SECONDS; its row says so (each "
+                        "cell then runs in a process of its own)")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per finished cell")
 
 
@@ -92,11 +95,14 @@ def _check(args) -> None:
         from .executors import import_ray
 
         import_ray()
+    from .executors import check_timeout
+
+    check_timeout(args.timeout, "ray" if args.ray else "process")
 
 
 def _executor(args) -> dict:
     return dict(executor="ray" if args.ray else "process", workers=args.workers,
-                ray_address=args.ray, progress=not args.quiet)
+                ray_address=args.ray, progress=not args.quiet, timeout=args.timeout)
 
 
 def _finish(grid, args) -> int:

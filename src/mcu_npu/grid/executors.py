@@ -6,13 +6,20 @@ gives, or in this process. Each path hands ``cells.run_cell`` one cell at a time
 
 A worker process that dies (a crash inside a native library) breaks its pool; the cells it
 left unfinished are run again, each alone in a new single-worker pool, so the cell that
-crashes is the one whose row says so."""
+crashes is the one whose row says so.
+
+With a ``timeout`` (seconds per cell) each cell runs in a process of its own, forked from
+the same preloaded server, at most ``workers`` at a time; a cell still compiling at its
+deadline is stopped and its row says so, and a process that dies is that cell's row."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import time
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from multiprocessing.connection import wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator, Sequence
 
@@ -37,10 +44,15 @@ def _cores() -> int:
 
 
 def run_cells(cells: Sequence[Cell], executor="process", *, workers: int | None = None,
-              ray_address: str | None = None) -> Iterator[tuple[int, Row]]:
-    """``(index into cells, row)`` for every cell, as each finishes."""
+              ray_address: str | None = None,
+              timeout: float | None = None) -> Iterator[tuple[int, Row]]:
+    """``(index into cells, row)`` for every cell, as each finishes; ``timeout``: seconds a
+    cell may compile (the "process" executor only)."""
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"workers must be a positive number of processes, not {workers!r}")
+    check_timeout(timeout, executor)
+    if timeout is not None:
+        return _timed(cells, workers or default_workers(len(cells)), timeout)
     if isinstance(executor, Executor):
         return _on_executor(cells, executor)
     if executor == "serial":
@@ -51,6 +63,22 @@ def run_cells(cells: Sequence[Cell], executor="process", *, workers: int | None 
         return _on_ray(cells, ray_address, workers)
     raise ConfigError(f"unknown executor {executor!r}; choose one of: {', '.join(EXECUTORS)}, "
                       f"or pass a concurrent.futures.Executor")
+
+
+def check_timeout(timeout, executor="process") -> float | None:
+    """``timeout`` as seconds (None: none); ConfigError for anything else, or for an executor
+    that cannot stop a cell."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
+            not 0 < timeout < math.inf:
+        raise ConfigError(f"timeout is the seconds a cell may compile, a positive number, not "
+                          f"{timeout!r}")
+    if executor != "process":
+        name = executor if isinstance(executor, str) else type(executor).__name__
+        raise ConfigError(f"timeout= stops a cell's process: it needs the 'process' executor, "
+                          f"not {name!r}")
+    return float(timeout)
 
 
 def _on_executor(cells, executor: Executor) -> Iterator[tuple[int, Row]]:
@@ -134,6 +162,63 @@ def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
                                    "`mcu-npu compile` to see it)")
             else:
                 yield i, _result(future, cells[i])
+
+
+def _timed(cells, workers: int, timeout: float) -> Iterator[tuple[int, Row]]:
+    """Each cell in a process of its own, at most ``workers`` at a time, stopped at
+    ``timeout`` seconds (module docstring)."""
+    if _in_worker:
+        raise ConfigError("a grid was started inside a worker of another grid: the model "
+                          "factory's file starts one when imported; put that call under "
+                          "`if __name__ == \"__main__\":`")
+    context = main_script.context(_check_main(cells))
+    context.set_forkserver_preload(PRELOADED)
+    threads = max(1, _cores() // workers)
+    waiting = list(enumerate(cells))
+    running: dict = {}  # receiving end -> (index, process, deadline)
+    try:
+        while waiting or running:
+            while waiting and len(running) < workers:
+                i, cell = waiting.pop(0)
+                receiver, sender = context.Pipe(duplex=False)
+                process = context.Process(target=_run_timed, args=(cell, sender, threads),
+                                          daemon=True)
+                process.start()
+                sender.close()  # the child holds it: its end closes when the child ends
+                running[receiver] = (i, process, time.monotonic() + timeout)
+            first = min(deadline for _, _, deadline in running.values())
+            for receiver in wait(list(running), max(0.0, first - time.monotonic())):
+                i, process, _ = running.pop(receiver)
+                try:
+                    row = receiver.recv()
+                except EOFError:
+                    row = error_row(cells[i], "the worker process died compiling this cell "
+                                    "(a crash in a native library; run it alone with "
+                                    "`mcu-npu compile` to see it)")
+                receiver.close()
+                process.join()
+                yield i, row
+            now = time.monotonic()
+            for receiver, (i, process, deadline) in list(running.items()):
+                if now >= deadline and not receiver.poll():
+                    del running[receiver]
+                    process.kill()
+                    process.join()
+                    receiver.close()
+                    yield i, error_row(cells[i], f"timed out: still compiling after "
+                                       f"{timeout:g} s, stopped (timeout=)")
+    finally:  # stopped early (an interrupt): the cells running are stopped
+        for receiver, (_, process, _) in running.items():
+            process.kill()
+            process.join()
+            receiver.close()
+
+
+def _run_timed(cell: Cell, sender, threads: int) -> None:
+    """A timed cell's process: its share of the cores, the cell, its row sent back."""
+    _start_worker(threads)
+    sender.send(run_cell(cell))
+    sender.close()
 
 
 def _check_main(cells) -> bool:

@@ -93,7 +93,8 @@ def _objectives_text(objectives) -> str:
 def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
             calibration=None, *, executor=None, workers: int | None = None,
             ray_address: str | None = None, progress: bool | None = None,
-            on_row: Callable[[Row], None] | None = None, **compile_kwargs) -> Grid:
+            on_row: Callable[[Row], None] | None = None, timeout: float | None = None,
+            **compile_kwargs) -> Grid:
     """Compile one model for each of ``targets`` (default: every preset) and set the results
     side by side: fits, latency, NPU share, flash, RAM, SQNR and top-1 agreement against the
     float model, the placement chosen; a target whose compile fails is a row with its error.
@@ -104,7 +105,7 @@ def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
     compiled in this process one target after another (a module is not sent to other
     processes). ``compile_kwargs`` go to every ``mcu_npu.compile`` (``precision``,
     ``memory``, ``npu_compiler``, ``io``, ...). ``executor``, ``workers``, ``ray_address``,
-    ``progress``, ``on_row``: as for ``sweep``."""
+    ``progress``, ``on_row``, ``timeout``: as for ``sweep``."""
     targets = check_targets(all_targets() if targets is None else targets)
     if isinstance(model, str) or callable(model) and not (_is_module(model) or
                                                          _is_exported(model)):
@@ -116,9 +117,11 @@ def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
     else:
         if example_inputs is None and not _is_exported(model):
             raise ConfigError("compare needs example_inputs with a module")
-        if executor not in (None, "serial"):
+        if executor not in (None, "serial") or timeout is not None:
             raise ConfigError(f"a module stays in this process (executor 'serial'); for the "
-                              f"{executor!r} executor pass its factory instead")
+                              f"{executor or 'process'!r} executor"
+                              f"{' or a timeout' if timeout is not None else ''} pass its "
+                              f"factory instead")
         source, executor = _Given(model, example_inputs), "serial"
     precision = compile_kwargs.pop("precision", None)
     memory = compile_kwargs.pop("memory", "auto")
@@ -128,13 +131,15 @@ def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
     cells = [Cell(source, t, precision, memory, compile_kwargs) for t in targets]
     title = f"compare: {model_name(source)} on {len(cells)} targets"
     return run_grid(cells, title, executor=executor, workers=workers,
-                    ray_address=ray_address, progress=progress, on_row=on_row)
+                    ray_address=ray_address, progress=progress, on_row=on_row,
+                    timeout=timeout)
 
 
 def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
           memory: Sequence[str] = ("auto",), *, executor=None, workers: int | None = None,
           ray_address: str | None = None, progress: bool | None = None,
-          on_row: Callable[[Row], None] | None = None, **compile_kwargs) -> Grid:
+          on_row: Callable[[Row], None] | None = None, timeout: float | None = None,
+          **compile_kwargs) -> Grid:
     """Compile every model for every target at every precision and memory placement, each
     compile in a worker process, and gather the rows with their Pareto front (lower latency,
     higher SQNR, less RAM). A compile that fails is a row with its error.
@@ -146,6 +151,8 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
     one here; the default when ``ray_address`` is given), "serial" (this process) or a
     ``concurrent.futures.Executor``. ``progress``: a line on stderr per finished cell (None:
     when stderr is a terminal); ``on_row`` is called with each row as it comes.
+    ``timeout``: seconds a cell may compile before its process is stopped and its row says
+    so (each cell then runs in a process of its own; "process" executor only).
     ``compile_kwargs`` go to every ``mcu_npu.compile``."""
     if not isinstance(models, (Mapping, list, tuple)):
         models = [models]
@@ -166,11 +173,12 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
     title = (f"sweep: {len(named)} models x {len(targets)} targets x {len(precisions)} "
              f"precisions x {len(memory)} memory placements")
     return run_grid(cells, title, executor=executor, workers=workers,
-                    ray_address=ray_address, progress=progress, on_row=on_row)
+                    ray_address=ray_address, progress=progress, on_row=on_row,
+                    timeout=timeout)
 
 
 def run_grid(cells: list[Cell], title: str, *, executor=None, workers=None, ray_address=None,
-             progress=None, on_row=None) -> Grid:
+             progress=None, on_row=None, timeout=None) -> Grid:
     """Run ``cells`` and gather their rows in cell order, a progress line per finished cell."""
     if not cells:
         raise ConfigError("the grid is empty: give at least one model and one target")
@@ -180,7 +188,7 @@ def run_grid(cells: list[Cell], title: str, *, executor=None, workers=None, ray_
     rows: list[Row | None] = [None] * len(cells)
     start = time.monotonic()
     for done, (i, row) in enumerate(run_cells(cells, executor, workers=workers,
-                                              ray_address=ray_address), 1):
+                                              ray_address=ray_address, timeout=timeout), 1):
         rows[i] = row
         if show:
             print(progress_line(done, len(cells), time.monotonic() - start, row),
