@@ -48,7 +48,9 @@ for _p in (SRC, HERE):
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-MLPERF = ("ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder")
+from mcu_npu.models.mlperf_tiny import MODELS as MLPERF_TINY  # noqa: E402
+
+MLPERF = tuple(MLPERF_TINY)  # ds_cnn, mobilenet_v1_025, resnet8, fc_autoencoder
 MODELS = (*MLPERF, "gru64x2_t49", "lstm32_t20", "softmax512")
 RECURRENT = {"gru64x2_t49": "gru", "lstm32_t20": "lstm"}
 VARIANTS = ("int8", "rec int16", "auto", "int16")

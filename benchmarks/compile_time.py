@@ -67,7 +67,9 @@ for _p in (SRC, HERE):
         sys.path.insert(0, _p)
 
 TARGETS = ("imxrt700", "corstone-300", "corstone-320")
-MLPERF = ("ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder")
+from mcu_npu.models.mlperf_tiny import MODELS as MLPERF_TINY  # noqa: E402
+
+MLPERF = tuple(MLPERF_TINY)  # ds_cnn, mobilenet_v1_025, resnet8, fc_autoencoder
 RECURRENT = ("gru64x2_t49", "bigru32_t20", "lstm32_t20")
 BLOCKS = ("mobilenet_v3_style", "efficientnet_style", "transformer_encoder_style")
 SPEECH = ("conv_lstm2_t100", "conv_gru2_t100")

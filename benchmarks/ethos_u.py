@@ -62,7 +62,9 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 TARGETS = ("ethos-u55-128", "ethos-u85-256")
-MLPERF = ("ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder")
+from mcu_npu.models.mlperf_tiny import MODELS as MLPERF_TINY  # noqa: E402
+
+MLPERF = tuple(MLPERF_TINY)  # ds_cnn, mobilenet_v1_025, resnet8, fc_autoencoder
 GRUS = ("gru64x2_t49", "bigru32_t20")
 LABELS = {"ds_cnn": "DS-CNN (KWS)", "mobilenet_v1_025": "MobileNetV1-0.25 (VWW)",
           "resnet8": "ResNet-8 (IC)", "fc_autoencoder": "FC autoencoder (AD)",
