@@ -19,6 +19,7 @@ from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ..graph.schema import bind
 from ..errors import ConfigError
 
 NAMESPACE = "cortex_m"
@@ -95,14 +96,16 @@ def cortex_m_rejection(node: Node) -> str | None:
             return (f"the Cortex-M pooling kernels need a batched (N, C, H, W) input; this "
                     f"one has rank {rank}")
         if op == aten.avg_pool2d.default:
-            if len(node.args) > 6 and node.args[6] is not None:
+            a = bind(node)
+            if a.divisor_override is not None:
                 return "the Cortex-M average pooling kernel has no divisor override"
-            if len(node.args) > 4 and node.args[4]:
+            if a.ceil_mode:
                 return "the Cortex-M average pooling kernel has no ceil mode"
         else:
-            if _pair(node.args[4] if len(node.args) > 4 else None, (1, 1)) != (1, 1):
+            a = bind(node)
+            if _pair(a.dilation, (1, 1)) != (1, 1):
                 return "the Cortex-M max pooling kernel has no dilation"
-            if len(node.args) > 5 and node.args[5]:
+            if a.ceil_mode:
                 return "the Cortex-M max pooling kernel has no ceil mode"
     return None
 

@@ -22,6 +22,7 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
+from ..graph.schema import bind
 from ..passes.aten._recurrent import STATE_KEY
 from ..passes.aten.saturate_attention_mask import MASK_KEY
 from .qspecs import QuantSpecs
@@ -147,7 +148,7 @@ def batch_norm_after(node: Node) -> Node | None:
 
 def _annotate_weighted(node: Node, specs: QuantSpecs, weight_axis: int) -> None:
     x, w = node.args[0], node.args[1]
-    bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    bias = bind(node).bias
     inputs = {x: _act_input(x, specs), w: specs.weight(weight_axis)}
     if isinstance(bias, Node):
         inputs[bias] = specs.bias((x, node), (w, node))
@@ -172,8 +173,7 @@ def annotate_conv_linear(node: Node, specs: QuantSpecs) -> None:
 @rule("conv_transpose")
 def annotate_conv_transpose(node: Node, specs: QuantSpecs) -> None:
     """Transposed conv: weights are [in, out/groups, ...]; output channels sit on axis 1."""
-    groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
-    if groups != 1:
+    if bind(node).groups != 1:
         return  # per-channel axis would mix groups; left unquantized, so not delegated
     _annotate_weighted(node, specs, weight_axis=1)
 

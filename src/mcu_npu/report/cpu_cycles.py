@@ -57,6 +57,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from ..graph.schema import bind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,7 +245,7 @@ def _macs(node, name: str, kind: str) -> int:
 
 def _depth_multiplier(node) -> int:
     """The ``depth_multiplier`` argument of a Cortex-M depthwise convolution (1 if absent)."""
-    value = node.args[6] if len(node.args) > 6 else 1
+    value = getattr(bind(node), "depth_multiplier", 1)
     return int(value) if isinstance(value, int) else 1
 
 

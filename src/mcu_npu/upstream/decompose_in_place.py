@@ -171,16 +171,15 @@ def _softmax(node: Node):
 
 
 def _contiguous(node: Node):
-    fmt = node.args[1] if len(node.args) > 1 else node.kwargs.get("memory_format",
-                                                                    torch.contiguous_format)
+    # not ``bind``: the schema's default memory format is the enum's number, 0
+    fmt = node.kwargs.get("memory_format", torch.contiguous_format)
     if fmt != torch.contiguous_format:
         return None
     return aten.clone.default, (node.args[0],), {"memory_format": torch.contiguous_format}
 
 
 def _dropout(node: Node):
-    train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
-    return None if train is not False else (aten.clone.default, (node.args[0],), {})
+    return None if bind(node).train is not False else (aten.clone.default, (node.args[0],), {})
 
 
 def _view_of_contiguous(node: Node):
@@ -203,8 +202,8 @@ def _flatten(node: Node):
     shape = _shape(node)
     if shape is None or not isinstance(val, torch.Tensor) or val.dim() == 0:
         return None
-    start = node.args[1] if len(node.args) > 1 else node.kwargs.get("start_dim", 0)
-    end = node.args[2] if len(node.args) > 2 else node.kwargs.get("end_dim", -1)
+    a = bind(node)
+    start, end = a.start_dim, a.end_dim
     if start % val.dim() == end % val.dim():
         return None if any(u.op == "output" for u in node.users) else _DROPPED
     try:

@@ -184,7 +184,7 @@ def is_call(node, target) -> bool:
 
 def cat_parts(cat: Node) -> tuple[list, int]:
     """The pieces of ``aten.cat`` node ``cat`` and its axis, made non-negative."""
-    dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
+    dim = bind(cat).dim
     return list(cat.args[0]), dim % len(static_shape(cat))
 
 

@@ -23,6 +23,7 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.passes.aten._recurrent import Emitter, replace_nodes
 from mcu_npu.passes.aten.convert_constant_index_to_slices import MAX_RUNS, slices_of
+from ...graph.schema import bind
 
 aten = torch.ops.aten
 
@@ -46,7 +47,7 @@ def _plan(node: Node) -> list[tuple[int, list[tuple[int, int, int]]]] | None:
     if node.op != "call_function" or node.target != aten.pad.default or node.kwargs:
         return None
     x, pads = node.args[0], list(node.args[1])
-    mode = node.args[2] if len(node.args) > 2 else "constant"
+    mode = bind(node).mode
     if mode not in ("reflect", "replicate", "circular") or "val" not in x.meta:
         return None
     shape = x.meta["val"].shape

@@ -22,6 +22,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.passes.aten._recurrent import Emitter, replace_nodes
+from ...graph.schema import bind
 
 aten = torch.ops.aten
 _AS_STRIDED = (aten.as_strided.default, aten.as_strided_copy.default)
@@ -36,7 +37,7 @@ def _starts(node: Node) -> list[int] | None:
     if not isinstance(val, torch.Tensor):
         return None
     size, stride = list(node.args[1]), list(node.args[2])
-    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset") or 0
+    offset = bind(node).storage_offset or 0
     shape = [int(d) for d in val.shape]
     contiguous = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):

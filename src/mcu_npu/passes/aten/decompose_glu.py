@@ -22,6 +22,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.passes.aten._recurrent import Emitter, replace_nodes
+from ...graph.schema import bind
 
 aten = torch.ops.aten
 
@@ -37,7 +38,7 @@ def _gate(graph_module: GraphModule, node: Node) -> Node:
     emit = Emitter(graph_module.graph, node)
     x = node.args[0]
     shape = x.meta["val"].shape
-    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)) % len(shape)
+    dim = bind(node).dim % len(shape)
     half = shape[dim] // 2
     a = emit(aten.slice.Tensor, x, dim, 0, half, 1)
     b = emit(aten.slice.Tensor, x, dim, half, 2 * half, 1)

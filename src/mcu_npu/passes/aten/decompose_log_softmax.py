@@ -22,6 +22,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.passes.aten._recurrent import Emitter, replace_nodes
+from ...graph.schema import bind
 
 aten = torch.ops.aten
 _LOG_SOFTMAX = (aten.log_softmax.int, aten._log_softmax.default)
@@ -40,7 +41,7 @@ def _plain_log_softmax(node: Node) -> bool:
 
 def _log_of_softmax(graph_module: GraphModule, node: Node) -> Node:
     emit = Emitter(graph_module.graph, node)
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs["dim"]
+    dim = bind(node).dim
     return emit(aten.log.default, emit(aten.softmax.int, node.args[0], dim))
 
 

@@ -24,6 +24,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.passes.aten._recurrent import Emitter, finish, is_call
+from ...graph.schema import bind
 
 aten = torch.ops.aten
 UNBIND = aten.unbind.int
@@ -42,7 +43,7 @@ class DecomposeUnbind(PassBase):
         work = [n for n in graph_module.graph.nodes if _read_by_index(n)]
         for node in work:
             x = node.args[0]
-            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+            dim = bind(node).dim
             for item in list(node.users):
                 select = Emitter(graph_module.graph, item)(aten.select.int, x, dim, item.args[1])
                 item.replace_all_uses_with(select)

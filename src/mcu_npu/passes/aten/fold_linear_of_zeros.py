@@ -23,6 +23,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.passes.aten._recurrent import Emitter, finish, static_shape
+from ...graph.schema import bind
 
 aten = torch.ops.aten
 
@@ -42,7 +43,7 @@ def is_zeros(node) -> bool:
 
 
 def _bias(node: Node):
-    return node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    return bind(node).bias
 
 
 class FoldLinearOfZeros(PassBase):

@@ -30,6 +30,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from ...graph.schema import bind
 from ._recurrent import Emitter, finish, static_shape
 from .decompose_reshape import _viewable
 
@@ -59,7 +60,7 @@ def _cat(node):
     """(inputs, non-negative axis) of a cat node, else None."""
     if not _is(node, {aten.cat.default}):
         return None
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    dim = bind(node).dim
     return list(node.args[0]), dim % len(static_shape(node))
 
 

@@ -23,6 +23,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.passes.aten._recurrent import Emitter, replace_nodes
+from ...graph.schema import bind
 
 aten = torch.ops.aten
 
@@ -44,7 +45,7 @@ def is_constant(node, _seen: dict | None = None) -> bool:
 
 
 def _bias(node: Node):
-    return node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    return bind(node).bias
 
 
 class LinearOfActivations(PassBase):

@@ -24,6 +24,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.passes.aten._recurrent import Emitter, replace_nodes
+from ...graph.schema import bind
 
 aten = torch.ops.aten
 
@@ -36,13 +37,9 @@ def _padded_by_mode(node: Node) -> bool:
 
 
 def _explicit(graph_module: GraphModule, node: Node) -> Node:
-    args = node.args
-    x, w = args[0], args[1]
-    bias = args[2] if len(args) > 2 else node.kwargs.get("bias")
-    stride = args[3] if len(args) > 3 else node.kwargs.get("stride", 1)
-    mode = args[4] if len(args) > 4 else node.kwargs.get("padding", "valid")
-    dilation = args[5] if len(args) > 5 else node.kwargs.get("dilation", 1)
-    groups = args[6] if len(args) > 6 else node.kwargs.get("groups", 1)
+    a = bind(node)
+    x, w, bias, stride, mode, dilation, groups = (a.input, a.weight, a.bias, a.stride, a.padding,
+                                                  a.dilation, a.groups)
     kernel = tuple(w.meta["val"].shape[2:])
     dilation = [dilation] * len(kernel) if isinstance(dilation, int) else list(dilation)
     stride = [stride] * len(kernel) if isinstance(stride, int) else list(stride)

@@ -27,6 +27,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from mcu_npu.passes.aten._recurrent import Emitter, cat_parts, finish, is_call, static_shape
+from ...graph.schema import bind
 
 aten = torch.ops.aten
 
@@ -57,7 +58,7 @@ class StackByConcat(PassBase):
             rank = len(static_shape(node))
             if _stack(node):
                 pieces = list(node.args[0])
-                dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % rank
+                dim = bind(node).dim % rank
                 if dim == rank - 1:  # interleaved: the pieces unsqueezed, concatenated
                     joined = emit(aten.cat.default,
                                   [emit(aten.unsqueeze.default, p, dim) for p in pieces], dim)

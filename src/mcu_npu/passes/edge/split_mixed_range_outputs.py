@@ -30,6 +30,7 @@ from torch.fx import Node
 
 from mcu_npu.graph.ids import node_id
 from mcu_npu.passes.edge._io import DEQUANTIZE, op_key, set_outputs
+from ...graph.schema import bind
 
 _CAT = "aten.cat.default"
 _VIEWS = {"aten.view_copy.default", "aten.view.default", "aten._unsafe_view.default",
@@ -97,7 +98,7 @@ def _expression(node: Node, leaves: list) -> dict | None:
     when the tail holds anything but data movement (then the output stays as it is)."""
     key = op_key(node)
     if key == _CAT:
-        dim = node.args[1] if len(node.args) > 1 else 0
+        dim = bind(node).dim
         parts = [_expression(p, leaves) for p in node.args[0]]
         return None if any(p is None for p in parts) else {"cat": parts, "dim": dim}
     if key in _VIEWS | _PERMUTES | _PASS:
