@@ -103,3 +103,21 @@ def test_noisy_logits_take_the_chain_within_the_contract():
     assert "runs as a chain of tables" in note, note
     acc = prog.report.accuracy
     assert acc["sqnr_db"] >= acc["reference_sqnr_db"] - softmax_form.MAX_LOSS_DB
+
+
+def test_a_measurement_that_fails_leaves_softmax_and_says_why(monkeypatch):
+    """The chain is a saving: when its measurement fails the compile goes on with TFLite's
+    SOFTMAX and the report names the failure."""
+    def broken(reference):
+        raise RuntimeError("no exact run here")
+
+    model, cal = _classifier(), _inputs(16, 0)
+    measured = mcu_npu.compile(model, cal[0], target="corstone-300", calibration=cal)
+    monkeypatch.setattr(softmax_form, "exact_runner", broken)
+    prog = mcu_npu.compile(model, cal[0], target="corstone-300", calibration=cal)
+    (note,) = [n for n in prog.report.notes if n.startswith("final softmax")]
+    assert note == ("final softmax (1): runs as TFLite's SOFTMAX: the chain of tables could "
+                    "not be measured (RuntimeError: no exact run here)")
+    # the program SOFTMAX gives: this model's measurement keeps SOFTMAX too
+    assert any("runs as TFLite's SOFTMAX: the smaller chain" in n for n in measured.report.notes)
+    assert prog.buffer == measured.buffer

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 
-from ..errors import stage
+from ..errors import first_line, stage
 from ..quantization.exact import exact_runner
 from ..report.metrics import flat_outputs, sqnr_db
 from ..tflite.ops.softmax import MAX_TABLE_CLASSES, TABLES, simulate_tables
@@ -91,30 +91,43 @@ def choose(edge_graph: GraphModule, reference: GraphModule, float_model, samples
     choose."""
     if not (target.npu.table_softmax and samples):
         return None
-    at_ref, at_edge = final_softmaxes(reference), final_softmaxes(edge_graph)
+    try:
+        at_ref, at_edge = final_softmaxes(reference), final_softmaxes(edge_graph)
+    except Exception:  # noqa: BLE001  (a graph this reading does not know: SOFTMAX stays)
+        return None
     positions = sorted(set(at_ref) & set(at_edge))
     if not positions:
         return None
     samples = list(samples)[:MAX_SAMPLES]
     with stage("measuring the softmax as tables"):
-        runner = exact_runner(reference)
-        floats, exact, tables = [], [], []
-        with torch.no_grad():
-            for s in samples:
-                keep: dict = {}
-                outs = flat_outputs(runner(*s, keep=keep))
-                floats += flat_outputs(float_model(*s))
-                exact += outs
-                tables += [_tables_output(at_ref[i], keep) if i in positions else o
-                           for i, o in enumerate(outs)]
-        f = torch.cat(floats)
-        exact_db, tables_db = sqnr_db(f, torch.cat(exact)), sqnr_db(f, torch.cat(tables))
+        try:
+            exact_db, tables_db = _measure(reference, float_model, samples, at_ref, positions)
+        except Exception as exc:  # noqa: BLE001  (a saving, never a failed compile)
+            return {"softmaxes": len(positions), "samples": len(samples), "tables": False,
+                    "error": f"{type(exc).__name__}: {first_line(exc)}"}
     kept = tables_db >= exact_db - MAX_LOSS_DB
     if kept:
         for i in positions:
             at_edge[i].meta[TABLES] = True
     return {"softmaxes": len(positions), "exact_sqnr_db": round(exact_db, 2),
             "tables_sqnr_db": round(tables_db, 2), "samples": len(samples), "tables": kept}
+
+
+def _measure(reference, float_model, samples, at_ref: dict, positions) -> tuple[float, float]:
+    """(SQNR of the reference, SQNR with the chain at ``positions``) against the float model
+    over every output of ``samples``."""
+    runner = exact_runner(reference)
+    floats, exact, tables = [], [], []
+    with torch.no_grad():
+        for s in samples:
+            keep: dict = {}
+            outs = flat_outputs(runner(*s, keep=keep))
+            floats += flat_outputs(float_model(*s))
+            exact += outs
+            tables += [_tables_output(at_ref[i], keep) if i in positions else o
+                       for i, o in enumerate(outs)]
+    f = torch.cat(floats)
+    return sqnr_db(f, torch.cat(exact)), sqnr_db(f, torch.cat(tables))
 
 
 def _tables_output(softmax: Node, keep: dict) -> torch.Tensor:
@@ -131,6 +144,9 @@ def _tables_output(softmax: Node, keep: dict) -> torch.Tensor:
 def note(verdict: dict) -> str:
     """The report's line for ``verdict``."""
     head = f"final softmax ({verdict['softmaxes']}): "
+    if "error" in verdict:
+        return head + f"runs as TFLite's SOFTMAX: the chain of tables could not be measured " \
+            f"({verdict['error']})"
     tail = (f"(whole-model SQNR on {verdict['samples']} calibration samples: TFLite SOFTMAX "
             f"{verdict['exact_sqnr_db']:.2f} dB, tables {verdict['tables_sqnr_db']:.2f} dB; "
             f"tables are kept within {MAX_LOSS_DB:g} dB)")
