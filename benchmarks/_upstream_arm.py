@@ -35,7 +35,7 @@ import torch
 
 def perf_stats(compiled, clock_hz: float | None = None) -> dict:
     """Vela's estimates for one compiled partition, read from Regor's ``PerfReport`` the way
-    this project's ``mcu_npu.npu.vela.vela_stats`` reads it (same field names)."""
+    this project's ``mcu_npu.npu.ethos_u.vela.vela_stats`` reads it (same field names)."""
     r = compiled.perf_report
     stats = {"npu_cycles": int(r.npuCycles), "total_cycles": int(r.totalCycles),
              "macs": int(r.macCount), "read_only_bytes": int(r.readOnlyPeakUsage),

@@ -108,7 +108,7 @@ HOST_GRAPH_PREFIX, REPORT_KEY = "mcu_npu.host_graph.", "mcu_npu.report"
 
 def payload_split(blob: bytes) -> dict:
     """Sizes of a Vela bin stream's blocks and its scratch; {} for another payload."""
-    from mcu_npu.npu.ethosu_payload import blocks
+    from mcu_npu.npu.ethos_u.payload import blocks
 
     try:
         found = {name: (external, data) for name, external, data in blocks(blob)}
@@ -202,7 +202,7 @@ def pte_split(data: bytes) -> dict:
 
 
 def our_vela_settings(target: str) -> str:
-    from mcu_npu.npu.vela_run import VelaOptions
+    from mcu_npu.npu.ethos_u.vela_run import VelaOptions
     from mcu_npu.targets import get_target
 
     fields = {**dataclasses.asdict(get_target(target).npu.vela),

@@ -4,8 +4,8 @@ own I/O records (Vela's 6-D shapes, Neutron's format flags) read beside the .pte
 from __future__ import annotations
 
 from mcu_npu.device.delegate_io import neutron_layout
-from mcu_npu.npu import ethosu_payload as bin_stream
-from mcu_npu.npu import neutron_payload as nxp
+from mcu_npu.npu.ethos_u import payload as bin_stream
+from mcu_npu.npu.neutron import payload as nxp
 from mcu_npu.device.payload import find_host_graph, is_container, unpack_reference
 from mcu_npu.runtime.delegates import delegate_call_sites
 from mcu_npu.runtime.pte import load

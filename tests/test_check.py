@@ -117,7 +117,7 @@ def test_a_planned_view_feeding_a_delegate_is_an_input():
     from test_fuzz import FOUND
 
     from mcu_npu.firmware.check import delegate_calls
-    from mcu_npu.npu import ethosu_payload
+    from mcu_npu.npu.ethos_u import payload as ethosu_payload
 
     model, example, calibration, _ = fuzz_nets.build(
         FOUND["a delegate input that is a planned view, written by no instruction"])

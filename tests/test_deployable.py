@@ -21,8 +21,8 @@ import mcu_npu
 from mcu_npu import cli
 from mcu_npu.firmware.deployability import NotDeployableError
 from mcu_npu.errors import InvalidProgramError
-from mcu_npu.npu import ethosu_payload
-from mcu_npu.npu import neutron_payload as nxp
+from mcu_npu.npu.ethos_u import payload as ethosu_payload
+from mcu_npu.npu.neutron import payload as nxp
 from mcu_npu.device.payload import DEVICE_GUARD, is_container, pack, unpack, unpack_reference
 from mcu_npu.report import HOST_ONLY_LINE
 from mcu_npu.runtime.pte import load

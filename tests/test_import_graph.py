@@ -227,13 +227,17 @@ def test_the_module_walk_finds_a_cycle_inside_a_package():
 # Compile-time code the host runtime must not load: what converts, quantizes, partitions,
 # rewrites or compiles, and the compile flow around it. ``mcu_npu.npu`` holds the NPU
 # compiler adapters (compile time) and the payload formats the runtime reads; importing one
-# of those runs the package's ``__init__``, which therefore must load no compiler.
+# of those runs the package's ``__init__`` (and its family package's), which therefore must
+# load no compiler.
 # ``mcu_npu.upstream`` holds patches the runtime needs too and ``to_edge`` done in place.
 COMPILE_TIME = {"mcu_npu.api", "mcu_npu.backend", "mcu_npu.cli", "mcu_npu.flow",
                 "mcu_npu.partition", "mcu_npu.passes", "mcu_npu.quantization", "mcu_npu.recipes",
                 "mcu_npu.tflite", "mcu_npu.upstream.edge_dialect",
                 "mcu_npu.upstream.decompose_in_place"}
-PAYLOAD_FORMATS = {"mcu_npu.npu", "mcu_npu.npu.ethosu_payload", "mcu_npu.npu.neutron_payload"}
+PAYLOAD_FORMATS = {"mcu_npu.npu", "mcu_npu.npu.ethos_u", "mcu_npu.npu.ethos_u.payload",
+                   "mcu_npu.npu.neutron", "mcu_npu.npu.neutron.payload"}
+"""The payload formats, and the family packages above them (their ``__init__`` runs when a
+format is imported, so it must load no compiler either)."""
 RUNTIME_MODULES = sorted(m for m in MODULES if package_of(m) == "mcu_npu.runtime")
 
 
@@ -281,9 +285,11 @@ def test_runtime_closure_follows_imports():
     loaded = runtime_closure()
     assert {"mcu_npu.device.payload", "mcu_npu.device.tflite_model",
             "mcu_npu.device.delegate_io", "mcu_npu.npu",
-            "mcu_npu.npu.neutron_payload", "mcu_npu.npu.ethosu_payload"} <= set(loaded)
-    assert is_compile_time("mcu_npu.npu.vela") and is_compile_time("mcu_npu.tflite.converter")
-    assert not is_compile_time("mcu_npu.npu.ethosu_payload")
+            "mcu_npu.npu.neutron.payload", "mcu_npu.npu.ethos_u.payload"} <= set(loaded)
+    assert is_compile_time("mcu_npu.npu.ethos_u.vela") and \
+        is_compile_time("mcu_npu.npu.neutron.compiler") and \
+        is_compile_time("mcu_npu.tflite.converter")
+    assert not is_compile_time("mcu_npu.npu.ethos_u.payload")
 
 
 def test_importing_the_runtime_loads_no_compiler():

@@ -11,7 +11,7 @@ import mcu_npu
 from mcu_npu.quantization.exact import run_exact
 from mcu_npu.device.payload import host_graph_key
 from mcu_npu.models.mlperf_tiny import MODELS
-from mcu_npu.npu import ethosu_payload
+from mcu_npu.npu.ethos_u import payload as ethosu_payload
 from mcu_npu.report.metrics import sqnr_db
 
 import model_compiles

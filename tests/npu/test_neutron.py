@@ -19,8 +19,8 @@ from neutron_sdk_double import MAGIC, Behaviour, install
 
 from mcu_npu.errors import NpuCompilerError
 from mcu_npu.npu import ReferenceCompiler, get_compiler
-from mcu_npu.npu import neutron_payload as nxp
-from mcu_npu.npu.neutron import NeutronCompiler, NeutronOptions, runtime_format
+from mcu_npu.npu.neutron import payload as nxp
+from mcu_npu.npu.neutron.compiler import NeutronCompiler, NeutronOptions, runtime_format
 from mcu_npu.targets import get_target
 from mcu_npu.tflite import IOSpec, TFLiteModel
 from mcu_npu.tflite.builder import ModelBuilder

@@ -19,10 +19,10 @@ import torch
 from helpers import convert_module
 
 from mcu_npu.errors import InvalidProgramError, NpuCompilerError
-from mcu_npu.npu import ethosu_payload as bin_stream
-from mcu_npu.npu.vela import VelaCompiler, VelaOptions
-from mcu_npu.npu.vela_run import KEEP_TEMPS, architecture, build_call
-from mcu_npu.npu.vela_support import vela_rejections
+from mcu_npu.npu.ethos_u import payload as bin_stream
+from mcu_npu.npu.ethos_u.vela import VelaCompiler, VelaOptions
+from mcu_npu.npu.ethos_u.vela_run import KEEP_TEMPS, architecture, build_call
+from mcu_npu.npu.ethos_u.vela_support import vela_rejections
 from mcu_npu.graph.macs import node_macs
 from mcu_npu.targets import NpuKind, Target, get_target, targets
 from mcu_npu.tflite.ops_aliases import aten

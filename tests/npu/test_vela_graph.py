@@ -8,8 +8,8 @@ import pytest
 import torch
 from helpers import convert_module
 
-from mcu_npu.npu.vela import VelaCompiler
-from mcu_npu.npu.vela_graph import own_concat_inputs
+from mcu_npu.npu.ethos_u.vela import VelaCompiler
+from mcu_npu.npu.ethos_u.vela_graph import own_concat_inputs
 from mcu_npu.device.payload import unpack_reference
 from mcu_npu.runtime.litert import run_model
 from mcu_npu.targets import get_target

@@ -7,7 +7,7 @@ cannot represent), the rule alone.
 
 from __future__ import annotations
 
-from mcu_npu.npu.vela_support import reasons
+from mcu_npu.npu.ethos_u.vela_support import reasons
 
 SCALE = "Quantization scale of any tensor must be positive."
 

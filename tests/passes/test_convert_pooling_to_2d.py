@@ -14,7 +14,7 @@ from torch import nn
 
 from helpers import calibration_set, output_step, quantized_edge, run_tflite
 from mcu_npu.flow.export import export_module
-from mcu_npu.npu.vela_support import vela_rejections
+from mcu_npu.npu.ethos_u.vela_support import vela_rejections
 from mcu_npu.passes.aten import ConvertPoolingTo2d
 from mcu_npu.targets import get_target
 from mcu_npu.tflite import convert

@@ -13,7 +13,7 @@ from torch import nn
 import mcu_npu
 from helpers import calibration_set, output_step, quantized_edge, run_tflite, sqnr_db, \
     sqnr_holds
-from mcu_npu.npu.vela_support import vela_rejections
+from mcu_npu.npu.ethos_u.vela_support import vela_rejections
 from mcu_npu.passes.aten import DecomposeGroupNorm
 from mcu_npu.flow.export import export_module
 from mcu_npu.quantization.exact import run_exact

@@ -20,7 +20,7 @@ from neutron_sdk_double import Behaviour, install
 import mcu_npu
 from mcu_npu.quantization.exact import run_exact
 from mcu_npu.device.delegate_io import neutron_layout
-from mcu_npu.npu import neutron_payload as nxp
+from mcu_npu.npu.neutron import payload as nxp
 from mcu_npu.device.payload import find_host_graph, unpack_reference
 
 ETHOS_U = ("ethos-u55-128", "ethos-u85-256", "corstone-300")

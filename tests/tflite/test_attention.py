@@ -19,7 +19,7 @@ from torch import nn
 import mcu_npu
 from helpers import (calibration_set, output_step, quantized_edge, reference_output_steps,
                      run_tflite, sqnr_close)
-from mcu_npu.npu.vela_support import vela_rejections
+from mcu_npu.npu.ethos_u.vela_support import vela_rejections
 from mcu_npu.passes.aten import (DecomposeLayerNorm, DecomposeMatmul, DecomposeReshape,
                                  DecomposeScaledDotProductAttention, DecomposeUnbind)
 from mcu_npu.flow.export import export_module

@@ -19,7 +19,7 @@ import mcu_npu
 from helpers import convert_module, output_step, quantized_edge, run_tflite, sqnr_db, \
     sqnr_holds
 from mcu_npu.models.blocks import efficientnet_style, mobilenet_v3_style
-from mcu_npu.npu.vela_support import vela_rejections
+from mcu_npu.npu.ethos_u.vela_support import vela_rejections
 from mcu_npu.quantization.exact import run_exact
 from mcu_npu.targets import get_target
 from mcu_npu.tflite.describe import describe

@@ -21,9 +21,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from helpers import output_step, quantized_edge, run_tflite
 
-from mcu_npu.npu.ethosu_payload import blocks
-from mcu_npu.npu.vela import VelaCompiler
-from mcu_npu.npu.vela_support import vela_rejections
+from mcu_npu.npu.ethos_u.payload import blocks
+from mcu_npu.npu.ethos_u.vela import VelaCompiler
+from mcu_npu.npu.ethos_u.vela_support import vela_rejections
 from mcu_npu.targets import get_target
 from mcu_npu.tflite.converter import convert
 from mcu_npu.tflite.describe import describe

@@ -15,7 +15,7 @@ import torch
 import mcu_npu
 from helpers import (ConvResize, Resize, as_list, calibration_set, convert_module, output_step,
                      quantized_edge, reference_output_steps, run_tflite)
-from mcu_npu.npu.vela_support import vela_rejections
+from mcu_npu.npu.ethos_u.vela_support import vela_rejections
 from mcu_npu.targets import get_target
 from mcu_npu.tflite.describe import describe
 from mcu_npu.tflite.registry import lookup

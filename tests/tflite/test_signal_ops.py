@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from helpers import convert_module
 from mcu_npu.flow.export import export_module
-from mcu_npu.npu.vela_support import vela_rejections
+from mcu_npu.npu.ethos_u.vela_support import vela_rejections
 from mcu_npu.targets import get_target
 from mcu_npu.tflite import describe
 from mcu_npu.tflite.ops_aliases import aten as edge

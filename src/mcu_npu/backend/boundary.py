@@ -32,7 +32,7 @@ def npu_tensors(payload: bytes, graph, kind: NpuKind) -> dict[str, list[tuple[in
     an Ethos-U payload's Vela records, else the partition graph's tensors (``graph``, the
     ``TFLiteModel`` the host runs)."""
     if kind is NpuKind.ETHOS_U and not is_container(payload):
-        from ..npu import ethosu_payload
+        from ..npu.ethos_u import payload as ethosu_payload
 
         stream = ethosu_payload.parse(payload)
         return {"inputs": [(math.prod(io.shape), io.elem_size) for io in stream.inputs],

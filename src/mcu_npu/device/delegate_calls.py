@@ -2,8 +2,8 @@
 from the program and the payload alone (no torch), for the host runtime and ``mcu-npu check``.
 
 The ``.pte`` does not record the split. ``EthosUBackend.cpp`` and ``NeutronBackend.cpp`` read
-the input count from the payload (``npu.ethosu_payload.input_count``,
-``npu.neutron_payload.input_count``); for any other backend it is inferred from the program
+the input count from the payload (``npu.ethos_u.payload.input_count``,
+``npu.neutron.payload.input_count``); for any other backend it is inferred from the program
 (``output_counts``). ``plan`` is an execution plan as ExecuTorch's deserializer or
 ``firmware.tables`` gives it (the schema's field names).
 """
@@ -60,7 +60,7 @@ def input_split(backend_id: str, processed: bytes, named_data: dict[str, bytes],
                 n_outputs: int, counts: dict) -> int:
     """How many leading arguments of a delegate call are its inputs: the count the device
     runtime reads from the payload (``counts``: backend id -> (payload, named data) -> input
-    count, e.g. ``npu.neutron_payload.input_count``), else the program-inferred split
+    count, e.g. ``npu.neutron.payload.input_count``), else the program-inferred split
     (``n_outputs``, from ``output_counts``)."""
     count = counts.get(backend_id)
     if count is not None:

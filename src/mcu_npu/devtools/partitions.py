@@ -56,7 +56,7 @@ def export(program, report, directory: str | os.PathLike) -> list[Path]:
 def vela_graph(graph: bytes, report) -> bytes:
     """Vela's optimised TFLite graph of ``graph``, compiled for the report's target and
     memory placement (Vela's ``--output-format tflite``)."""
-    from ..npu.vela_run import VelaOptions, architecture, build_call, run_vela
+    from ..npu.ethos_u.vela_run import VelaOptions, architecture, build_call, run_vela
     from ..targets import get_target
 
     if report is None:

@@ -54,7 +54,8 @@ def delegate_calls(program):
     ``program``: a ``ProgramFile`` or anything with the ``.pte`` bytes as ``data`` and its
     ``named_data`` (a ``runtime.pte.Program``)."""
     from ..device.delegate_calls import delegate_instructions, input_split
-    from ..npu import ethosu_payload, neutron_payload
+    from ..npu.ethos_u import payload as ethosu_payload
+    from ..npu.neutron import payload as neutron_payload
 
     if not isinstance(program, ProgramFile):
         program = read_program(program.data, program.named_data)
@@ -90,7 +91,7 @@ def _dtype(code: int):
 def neutron_problems(data: bytes, inputs, outputs) -> list[str]:
     """Where the Neutron runtime would refuse this payload, or these delegate tensors."""
     from ..device.delegate_io import neutron_layout
-    from ..npu import neutron_payload as nxp
+    from ..npu.neutron import payload as nxp
 
     try:
         payload = nxp.parse(data)
@@ -137,7 +138,7 @@ def ethos_u_problems(data: bytes, inputs, outputs, target=None) -> list[str]:
     """Where the Ethos-U runtime (or its driver, for ``target``'s NPU) would refuse this
     payload, or these delegate tensors."""
     from ..device.delegate_io import NpuTensor, io_problems
-    from ..npu import ethosu_payload
+    from ..npu.ethos_u import payload as ethosu_payload
     from ..targets import NpuKind
 
     try:

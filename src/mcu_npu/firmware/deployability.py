@@ -66,7 +66,7 @@ def compiler_version(name: str) -> str:
 def runtime_expectations(target, payloads: list[bytes]) -> dict:
     """What the target's device runtime must read: the payload format (and, for Neutron, the
     payload versions found in ``payloads``)."""
-    from ..npu import neutron_payload as nxp
+    from ..npu.neutron import payload as nxp
     from ..device.payload import VERSION, is_container
     from ..targets import NpuKind
 
@@ -117,7 +117,7 @@ def how_to_deploy(target) -> str:
 
     vendor = target.npu.vendor_compiler
     if vendor == "neutron":
-        from ..npu.neutron import SDK_INDEX, SDK_PACKAGE
+        from ..npu.neutron.compiler import SDK_INDEX, SDK_PACKAGE
 
         install = (f"install NXP's eIQ Neutron SDK (pip install --index-url {SDK_INDEX} "
                    f"{SDK_PACKAGE}) so npu_compiler=\"auto\" uses it")

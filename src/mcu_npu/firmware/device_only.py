@@ -21,7 +21,7 @@ def compiler_of(payload: bytes) -> str:
 
     if is_container(payload):
         return "reference"
-    if payload.startswith(b"vela_bin_stream\0"):  # the first block's name (ethosu_payload)
+    if payload.startswith(b"vela_bin_stream\0"):  # the first block's name (npu.ethos_u.payload)
         return "vela"
     return "neutron"
 

@@ -118,7 +118,7 @@ def estimate(first: Lowered, target: Target) -> Estimate:
     """``first``'s program judged in ``target``'s placement: its Vela partitions compiled
     again in that memory mode for their cycles and scratch; the rest as ``first``."""
     from ..device.payload import find_host_graph, is_container, unpack_reference
-    from ..npu.vela import VelaCompiler
+    from ..npu.ethos_u.vela import VelaCompiler
     from ..runtime.pte import Program
 
     report = copy.deepcopy(first.report)

@@ -1,5 +1,6 @@
 """NPU compiler adapters behind one interface: reference, neutron (eIQ), vela (Arm); and the
-payload formats they write (``ethosu_payload``, ``neutron_payload``).
+payload formats they write, one package per NPU family (``ethos_u``: Vela and its bin
+stream; ``neutron``: the Neutron converter and its payload).
 
 The host runtime reads those formats and compiles nothing, so importing this package loads
 no compiler: the adapters (``NpuArtifact``, ``NpuCompiler``, ``ReferenceCompiler``,

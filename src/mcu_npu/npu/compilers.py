@@ -5,9 +5,9 @@ from __future__ import annotations
 from ..errors import ConfigError
 from ..targets import Target
 from .base import NpuArtifact, NpuCompiler  # noqa: F401  (re-exported by mcu_npu.npu)
-from .neutron import NeutronCompiler
+from .neutron.compiler import NeutronCompiler
 from .reference import ReferenceCompiler
-from .vela import VelaCompiler
+from .ethos_u.vela import VelaCompiler
 
 VENDOR_COMPILERS = {"neutron": NeutronCompiler, "vela": VelaCompiler}
 """The vendor compiler adapters by ``npu_compiler`` name (``NpuSpec.vendor_compiler``)."""

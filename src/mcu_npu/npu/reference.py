@@ -11,7 +11,7 @@ from ..device.payload import pack_reference
 from ..targets import NpuKind, Target
 from ..device.tflite_model import TFLiteModel
 from .base import NpuArtifact
-from .neutron import runtime_format
+from .neutron.compiler import runtime_format
 
 
 class ReferenceCompiler:

@@ -17,7 +17,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..errors import ConfigError, ConversionError, NpuCompilerError, first_line
-from ..npu.vela_support import vela_rejections
+from ..npu.ethos_u.vela_support import vela_rejections
 from ..targets import Target
 from ..tflite import convert
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE

@@ -266,7 +266,7 @@ def _neutron_flags(processed: bytes):
     if is_container(processed):
         formats = unpack_reference(processed)[1].get("neutron_formats")
         return None if formats is None else (list(formats["inputs"]), list(formats["outputs"]))
-    from ..npu import neutron_payload as nxp
+    from ..npu.neutron import payload as nxp
 
     fields = nxp.parse(processed)
     ins = [0] * fields.num_input_args
@@ -289,7 +289,7 @@ def _weight_bytes(lowered) -> int:
 
     processed = bytes(lowered.processed_bytes)
     if not is_container(processed):  # a Neutron payload: its weights section
-        from ..npu import neutron_payload as nxp
+        from ..npu.neutron import payload as nxp
 
         try:
             return len(nxp.parse(processed).weights)

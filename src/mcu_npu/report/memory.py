@@ -203,14 +203,14 @@ def payload_figures(delegate_id: str, blob: bytes) -> dict:
         return {"weights": weights, "commands": 0, "scratch": scratch, "estimated": True,
                 "in_place": True, "formats": None}
     if delegate_id == "EthosUBackend":
-        from ..npu import ethosu_payload
+        from ..npu.ethos_u import payload as ethosu_payload
 
         stream = ethosu_payload.parse(blob)
         return {"weights": len(stream.weight_data), "commands": len(stream.cmd_data),
                 "scratch": _align(stream.scratch_size, 16), "estimated": False,
                 "in_place": True, "formats": None}
     if delegate_id == "NeutronBackend":
-        from ..npu import neutron_payload as nxp
+        from ..npu.neutron import payload as nxp
 
         fields = nxp.parse(blob)
         info = nxp.microcode_info(fields.microcode, fields.version)
@@ -433,7 +433,7 @@ def misfits(memory: dict) -> list[str]:
         if r["name"] == memory.get("program_in") and "program" not in r["holds"]:
             todo += ("; the program counts here because the NPU cannot read flash (the "
                      "eIQ converter's fetch_constants_to_sram, NeutronOptions in "
-                     "mcu_npu.npu.neutron, keeps the weights in flash and copies them to "
+                     "mcu_npu.npu.neutron.compiler, keeps the weights in flash and copies them to "
                      "SRAM as it runs)")
         messages.append(
             f"the program does not fit the {memory.get('target', 'target')}'s "

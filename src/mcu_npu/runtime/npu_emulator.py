@@ -37,10 +37,10 @@ from ..device.delegate_io import (NpuTensor, ethos_u_input_problem,
                                   ethos_u_output_problem, neutron_layout,
                                   neutron_problem, to_npu)
 from ..errors import HostDataMissingError, InvalidProgramError
-from ..npu import ethosu_payload as bin_stream
-from ..npu.ethosu_payload import input_count as ethos_u_input_count  # noqa: F401
-from ..npu.neutron_payload import neutron_io
-from ..npu.neutron_payload import input_count as neutron_input_count  # noqa: F401
+from ..npu.ethos_u import payload as bin_stream
+from ..npu.ethos_u.payload import input_count as ethos_u_input_count  # noqa: F401
+from ..npu.neutron.payload import neutron_io
+from ..npu.neutron.payload import input_count as neutron_input_count  # noqa: F401
 from ..device.payload import find_host_graph, is_container, unpack_reference
 from .delegates import DeviceTensor
 from .litert import TensorValue, interpreter, op_outputs

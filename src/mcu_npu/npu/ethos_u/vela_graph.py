@@ -16,9 +16,9 @@ from collections import Counter
 
 from ai_edge_litert import schema_py_generated as schema
 
-from ..device.tflite_model import TFLiteModel
-from ..tflite.builder import operator_code, serialize
-from ..tflite.describe import load_model
+from ...device.tflite_model import TFLiteModel
+from ...tflite.builder import operator_code, serialize
+from ...tflite.describe import load_model
 
 OP = schema.BuiltinOperator
 

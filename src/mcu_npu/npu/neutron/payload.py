@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..errors import InvalidProgramError
+from ...errors import InvalidProgramError
 
 ALIGN = 16
 MAGIC = 0x64434D6E
@@ -172,7 +172,7 @@ class NeutronIO:
 def neutron_io(processed: bytes, model, meta) -> NeutronIO:
     """The format flags, argument maps and input-argument count of a Neutron payload; of a
     reference payload (``model`` and ``meta``: its graph and metadata), those it records."""
-    from ..device.payload import is_container
+    from ...device.payload import is_container
 
     if is_container(processed):
         formats = meta.get("neutron_formats")
@@ -191,7 +191,7 @@ def input_count(processed: bytes, named_data) -> int:
     """How many leading delegate arguments are inputs: ``NeutronBackend.cpp`` reads inputs
     through ``inputMap`` and outputs at ``args[numInputArgs + outputMap[i]]``, the count
     from the payload's header (a reference payload's graph: its inputs)."""
-    from ..device.payload import is_container, unpack_reference
+    from ...device.payload import is_container, unpack_reference
 
     processed = bytes(processed)
     if not is_container(processed):

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import NpuCompilerError
-from ..targets import VelaConfig
-from .ethosu_payload import COMMAND_MAGICS
+from ...errors import NpuCompilerError
+from ...targets import VelaConfig
+from .payload import COMMAND_MAGICS
 
 TOOL = "vela"
 KEEP_TEMPS = "MCU_NPU_KEEP_TEMPS"

@@ -1,7 +1,7 @@
 """The Arm Ethos-U adapter: TFLite partition -> Vela -> the Ethos-U runtime's bin stream.
 
 vela_run.py makes the Vela call; this module turns Regor's raw output into the payload the
-ExecuTorch Ethos-U runtime reads (ethosu_payload.py) and Vela's estimates into stats.
+ExecuTorch Ethos-U runtime reads (``payload``) and Vela's estimates into stats.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import math
 
 import numpy as np
 
-from ..errors import NpuCompilerError
-from ..device.payload import pack_reference
-from ..targets import NpuKind, Target
-from ..device.tflite_model import TFLiteModel
-from . import ethosu_payload as bin_stream
-from .base import NpuArtifact
+from ...errors import NpuCompilerError
+from ...device.payload import pack_reference
+from ...targets import NpuKind, Target
+from ...device.tflite_model import TFLiteModel
+from . import payload as bin_stream
+from ..base import NpuArtifact
 from .vela_graph import own_concat_inputs
 from .vela_run import TOOL, VelaCall, VelaOptions, architecture, build_call, run_vela, \
     vela_installed

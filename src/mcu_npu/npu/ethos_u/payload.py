@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..errors import InvalidProgramError
+from ...errors import InvalidProgramError
 
 ALIGN = 16
 HEADER = struct.Struct("<16sIB11s")
@@ -136,7 +136,7 @@ def input_count(processed: bytes, named_data) -> int:
     """How many leading delegate arguments are inputs: ``EthosUBackend.cpp`` reads inputs
     from ``args[0 .. handles.inputs->count)`` and outputs after them, the counts from the
     Vela payload's input records (a reference payload's graph: its inputs)."""
-    from ..device.payload import is_container, unpack_reference
+    from ...device.payload import is_container, unpack_reference
 
     processed = bytes(processed)
     if is_container(processed):

@@ -3,7 +3,7 @@
 The converter (``eiq_neutron_sdk``, from NXP's eIQ repository, not PyPI) returns a TFLite
 model with one CUSTOM "NeutronGraph" op whose last three inputs hold the microcode, weights
 and kernels the NPU runs. The payload wraps them in the header the ExecuTorch Neutron runtime
-reads (neutron_payload.py). The SDK is imported only when compiling.
+reads (``payload``). The SDK is imported only when compiling.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 from ai_edge_litert import schema_py_generated as schema
 
-from ..device.delegate_io import neutron_flag
-from ..errors import InvalidProgramError, NpuCompilerError
-from ..device.payload import pack_reference
-from ..targets import NpuKind, Target
-from ..device.tflite_model import IOSpec, TFLiteModel
-from ..tflite.builder import BUILTIN_NAMES
-from . import neutron_payload as nxp
-from .base import NpuArtifact
+from ...device.delegate_io import neutron_flag
+from ...errors import InvalidProgramError, NpuCompilerError
+from ...device.payload import pack_reference
+from ...targets import NpuKind, Target
+from ...device.tflite_model import IOSpec, TFLiteModel
+from ...tflite.builder import BUILTIN_NAMES
+from . import payload as nxp
+from ..base import NpuArtifact
 
 SDK_MODULE = "eiq_neutron_sdk"
 SDK_PACKAGE = "eiq-neutron-sdk"

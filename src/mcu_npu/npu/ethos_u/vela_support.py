@@ -16,9 +16,9 @@ import re
 
 from ai_edge_litert import schema_py_generated as schema
 
-from ..errors import NpuCompilerError
-from ..targets import Target
-from ..device.tflite_model import TFLiteModel
+from ...errors import NpuCompilerError
+from ...targets import Target
+from ...device.tflite_model import TFLiteModel
 from .vela_run import TOOL, VelaOptions, architecture, build_call, run_vela
 
 _WARNING = re.compile(r"^Warning \(supported operators\) operator: (?P<op>\w+), "
