@@ -65,28 +65,17 @@ def compiler_version(name: str) -> str:
 
 def runtime_expectations(target, payloads: list[bytes]) -> dict:
     """What the target's device runtime must read: the payload format (and, for Neutron, the
-    payload versions found in ``payloads``)."""
-    from ..npu.neutron import payload as nxp
+    payload versions found in ``payloads``), from the NPU family's ``runtime`` module."""
     from ..device.payload import VERSION, is_container
-    from ..targets import NpuKind
+    from ..npu.families import family_module
 
-    kind = target.npu.kind
     if not payloads:  # no delegate: nothing for an NPU runtime to read
         return {}
     if any(is_container(p) for p in payloads):
         return {"delegate_payload": f"mcu-npu container v{VERSION} (host emulator only; "
                                     "device runtimes refuse it)"}
-    if kind is NpuKind.ETHOS_U:
-        return {"runtime": "EthosUBackend",
-                "delegate_payload": "Vela bin stream (vela_bin_stream ... vela_end_stream "
-                                    "blocks, command stream COP1/COP2)"}
-    if kind is NpuKind.NEUTRON:
-        versions = sorted({nxp.parse(p).version for p in payloads})
-        return {"runtime": "NeutronBackend",
-                "delegate_payload": "Neutron payload (NeutronBackend.cpp header, microcode "
-                                    f"magic {nxp.MAGIC:#010x})",
-                "neutron_payload_versions": versions}
-    return {}
+    runtime = family_module(target.npu.kind, "runtime")
+    return {} if runtime is None else runtime.runtime_record(payloads)
 
 
 def versions_record(target, compilers: list[str], payloads: list[bytes]) -> dict:
