@@ -20,6 +20,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..errors import first_line, stage
+from ..program_state import leaves
 from ..quantization.exact import exact_runner
 from ..report.metrics import flat_outputs, sqnr_db
 from ..tflite.ops.softmax import MAX_TABLE_CLASSES, TABLES, simulate_tables
@@ -41,12 +42,6 @@ def _is_qdq(node: Node) -> bool:
     return "quantize_per_tensor" in name  # quantize and dequantize
 
 
-def _flat(args) -> list:
-    if isinstance(args, (list, tuple)):
-        return [a for x in args for a in _flat(x)]
-    return [args]
-
-
 def _reaches_only_outputs(node: Node) -> bool:
     frontier, seen = list(node.users), set()
     while frontier:
@@ -66,7 +61,7 @@ def final_softmaxes(gm: GraphModule) -> dict[int, Node]:
     int8 over 2 to ``MAX_TABLE_CLASSES`` classes whose value reaches nothing but outputs."""
     output = next(n for n in gm.graph.nodes if n.op == "output")
     found = {}
-    for i, arg in enumerate(_flat(output.args[0])):
+    for i, arg in enumerate(leaves(output.args[0])):
         node = arg
         while isinstance(node, Node) and _is_qdq(node):
             node = node.args[0]

@@ -135,11 +135,17 @@ def share_cores(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
+def _refuse_nested() -> None:
+    """ConfigError when this process is a worker of another grid (a factory's file that
+    starts a grid when imported would otherwise start pools within pools)."""
     if _in_worker:
         raise ConfigError("a grid was started inside a worker of another grid: the model "
                           "factory's file starts one when imported; put that call under "
                           "`if __name__ == \"__main__\":`")
+
+
+def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
+    _refuse_nested()
     with_main = _check_main(cells)
     broken: list[int] = []
     pool = _pool(workers, with_main)
@@ -167,10 +173,7 @@ def _in_processes(cells, workers: int) -> Iterator[tuple[int, Row]]:
 def _timed(cells, workers: int, timeout: float) -> Iterator[tuple[int, Row]]:
     """Each cell in a process of its own, at most ``workers`` at a time, stopped at
     ``timeout`` seconds (module docstring)."""
-    if _in_worker:
-        raise ConfigError("a grid was started inside a worker of another grid: the model "
-                          "factory's file starts one when imported; put that call under "
-                          "`if __name__ == \"__main__\":`")
+    _refuse_nested()
     context = main_script.context(_check_main(cells))
     context.set_forkserver_preload(PRELOADED)
     threads = max(1, _cores() // workers)

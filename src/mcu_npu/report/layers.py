@@ -39,6 +39,7 @@ from torch.fx import GraphModule, Node
 
 from ..device.delegate_io import inverse
 from ..graph.ids import node_id
+from ..program_state import leaves
 from .metrics import sqnr_db
 from ..quantization.exact import _DEQUANTIZE, _QUANTIZE, exact_runner
 
@@ -177,17 +178,11 @@ def _output_producers(gm: GraphModule) -> list:
     """Per model output, the reference's compute node whose value it is (None if none)."""
     (out,) = [n for n in gm.graph.nodes if n.op == "output"]
     producers = []
-    for arg in _flat(out.args[0]):
+    for arg in leaves(out.args[0]):
         while isinstance(arg, Node) and arg.target in _QUANTIZE | _DEQUANTIZE:
             arg = arg.args[0]
         producers.append(arg if isinstance(arg, Node) and _is_compute(arg) else None)
     return producers
-
-
-def _flat(args) -> list:
-    if isinstance(args, (list, tuple)):
-        return [a for x in args for a in _flat(x)]
-    return [args]
 
 
 # -- where an op is measured -----------------------------------------------------------------
