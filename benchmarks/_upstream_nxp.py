@@ -9,7 +9,7 @@ Upstream's backend imports NXP's eIQ Neutron SDK (``eiq_neutron_sdk``, not on Py
 target's record (name, Neutron-C or -S, hardware version). The quantizer itself reads only
 ``NeutronTargetNeutronC``'s fixed rules (which activations fuse into a convolution or a
 linear layer), never an SDK value. So the SDK's module is stood in for by the project's test
-double (``tests/neutron_sdk_double.py``: imxrt700, Neutron-C, N3) while upstream's modules are
+double (``zoo/neutron_sdk_double.py``: imxrt700, Neutron-C, N3) while upstream's modules are
 imported and the target spec is built, and taken out of ``sys.modules`` again, so that this
 project's own compiles still see no SDK and keep using the reference NPU compiler.
 
@@ -19,20 +19,15 @@ Benchmarks may import ``executorch.backends.nxp``; product code never does.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
 import torch
-
-TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 
 
 @functools.lru_cache(maxsize=1)
 def _quantizer_parts():
     """(NeutronQuantizer for imxrt700, calibrate_and_quantize), imported beside the double."""
-    if TESTS not in sys.path:
-        sys.path.insert(0, TESTS)
-    from neutron_sdk_double import Behaviour, make_sdk
+    from zoo.neutron_sdk_double import Behaviour, make_sdk
 
     pkg = make_sdk(Behaviour())
     modules = (pkg, pkg.neutron_converter, pkg.neutron_library_utils)

@@ -34,21 +34,14 @@ prints its error in its row.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-for _p in (SRC, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import torch
+from torch import nn
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from mcu_npu.models.mlperf_tiny import MODELS as MLPERF_TINY  # noqa: E402
+from mcu_npu.models.mlperf_tiny import MODELS as MLPERF_TINY
 
 MLPERF = tuple(MLPERF_TINY)  # ds_cnn, mobilenet_v1_025, resnet8, fc_autoencoder
 MODELS = (*MLPERF, "gru64x2_t49", "lstm32_t20", "softmax512")

@@ -1,4 +1,4 @@
-"""Attention however it is spelled: compile each spelling of ``tests/attention_spellings.py``
+"""Attention however it is spelled: compile each spelling of ``zoo/attention_spellings.py``
 (seq 8, width 16, 2 heads, random weights, 8 calibration samples) and print, per spelling and
 target, ops on the NPU / ops total, partitions, whether softmax and both matmuls run on the
 NPU, host and reference SQNR against float (all outputs of 8 held-out inputs), and the ops left
@@ -6,8 +6,8 @@ on the CPU.
 
 Run::
 
-    PYTHONPATH=src:tests python benchmarks/attention.py
-    PYTHONPATH=src:tests python benchmarks/attention.py --targets corstone-320 --spellings sdpa
+    PYTHONPATH=src python benchmarks/attention.py
+    PYTHONPATH=src python benchmarks/attention.py --targets corstone-320 --spellings sdpa
 
 This script prints only; it asserts nothing.
 """
@@ -16,16 +16,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import sys
 import time
 import warnings
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for _p in (os.path.join(ROOT, "src"), os.path.join(ROOT, "tests")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
 TARGETS = ("corstone-300", "corstone-320", "imxrt700")
 ATTENTION_OPS = ("_softmax", "bmm")  # Edge names: "aten._softmax", "aten.bmm"
@@ -36,9 +28,9 @@ def measure(name: str, target: str) -> dict:
     import torch
 
     import mcu_npu
-    from attention_spellings import spelling
-    from helpers import calibration_set
     from mcu_npu.report.metrics import sqnr_db
+    from zoo.attention_spellings import spelling
+    from zoo.checks import calibration_set
 
     model, example = spelling(name)
     calibration = calibration_set(example, n=8, seed=1)
@@ -65,7 +57,7 @@ def measure(name: str, target: str) -> dict:
 
 
 def main(argv=None) -> None:
-    from attention_spellings import FACTORIES
+    from zoo.attention_spellings import FACTORIES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--targets", nargs="+", default=list(TARGETS))

@@ -60,12 +60,6 @@ import tempfile
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-for _p in (SRC, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
 TARGETS = ("imxrt700", "corstone-300", "corstone-320")
 from mcu_npu.models.mlperf_tiny import MODELS as MLPERF_TINY  # noqa: E402
 
@@ -207,8 +201,7 @@ def run(name: str, target: str, timeout: float, method: str | None = None,
         threads: int | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]),
-                   PYTHONWARNINGS="ignore")
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, target, out,

@@ -18,15 +18,9 @@ found not to fit: their activations grow with the input's area. It prints only.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
-
-import mcu_npu  # noqa: E402
+import mcu_npu
 
 SIZES = (160, 224, 320)
 

@@ -34,17 +34,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import sys
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
-
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
 TRAINED = ("digits_cnn", "gunpoint_cnn")
 MLPERF = ("ds_cnn", "mobilenet_v1_025", "fc_autoencoder")

@@ -52,14 +52,8 @@ import traceback
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-for _p in (SRC, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
 TARGETS = ("ethos-u55-128", "ethos-u85-256")
 from mcu_npu.models.mlperf_tiny import MODELS as MLPERF_TINY  # noqa: E402
@@ -245,7 +239,6 @@ def run_worker(flow: str, job: str, target: str, workdir: str, timeout: float,
     out = os.path.join(workdir, tag + ".json")
     log = os.path.join(workdir, tag + ".log")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([SRC, HERE, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("PYTHONWARNINGS", "ignore")
     if threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):

@@ -6,7 +6,7 @@ Run::
     PYTHONPATH=src python benchmarks/fuzz.py --examples 300 --seed 1 --jobs 2
     PYTHONPATH=src python benchmarks/fuzz.py --targets imxrt700 --repros /tmp/fuzz_repros.py
 
-The networks come from the strategy ``specs()`` in ``tests/fuzz_nets.py`` (the one
+The networks come from the strategy ``specs()`` in ``zoo/fuzz_nets.py`` (the one
 ``tests/test_fuzz.py`` runs a fixed few of in CI): convs (1-D / 2-D, depthwise, grouped, odd
 kernels, strides and padding), linears, pooling, activations, add / mul / cat, reshapes and
 permutes, means, GRU / LSTM / RNN, multi-head attention, BatchNorm, on batches of 1 to 3 or
@@ -36,18 +36,11 @@ import multiprocessing as mp
 import os
 import re
 import signal
-import sys
 import time
 import traceback
 from collections import Counter, defaultdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-SRC, TESTS = os.path.join(ROOT, "src"), os.path.join(ROOT, "tests")
-for _p in (SRC, TESTS):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
 TASKS_PER_WORKER = 50
 
 
@@ -59,10 +52,7 @@ def _worker(conn, targets):
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    for _p in (SRC, TESTS):
-        if _p not in sys.path:
-            sys.path.insert(0, _p)
-    import fuzz_nets
+    from zoo import fuzz_nets
 
     conn.send("ready")
     while True:
@@ -166,7 +156,7 @@ def draw_specs(n, seed, min_blocks, max_blocks):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
-    import fuzz_nets
+    from zoo import fuzz_nets
 
     found, seen = [], set()
     round_ = 0
@@ -210,7 +200,7 @@ def failure_class(result) -> str:
 def shrink(spec, klass, targets, jobs, timeout, budget):
     """A smaller spec of the same failure class: drop one block at a time (keep a drop
     when the class stays), at most ``budget`` checks."""
-    import fuzz_nets
+    from zoo import fuzz_nets
 
     best = spec
     tried = 0
@@ -260,9 +250,9 @@ REPRO = '''
 # --- {n}. {klass}
 #     found on: {targets}{now}
 import sys
-sys.path.insert(0, {tests!r})  # tests/ of the mcu_npu checkout, for fuzz_nets
+sys.path.insert(0, {benchmarks!r})  # benchmarks/ of the mcu_npu checkout, for zoo
 import torch, mcu_npu
-from fuzz_nets import build, check
+from zoo.fuzz_nets import build, check
 spec = {spec!r}
 model, example, calibration, tests = build(spec)
 {model_comment}
@@ -272,7 +262,7 @@ prog = mcu_npu.compile(model, example, target={target!r}, calibration=calibratio
 
 
 def write_repros(path, classes, minimal, now):
-    import fuzz_nets
+    from zoo import fuzz_nets
 
     parts = ['"""Minimal specs of the failure classes benchmarks/fuzz.py found; each block is '
              'a standalone snippet."""\n']
@@ -283,7 +273,7 @@ def write_repros(path, classes, minimal, now):
         target = sorted(by_target, key=lambda t: -by_target[t])[0].split("+")[0]
         status = f"\n#     recheck: {now[klass]}" if klass in now else ""
         parts.append(REPRO.format(n=n, klass=klass, targets=dict(by_target), now=status,
-                                  tests=TESTS, spec=spec, model_comment=comment, target=target))
+                                  benchmarks=HERE, spec=spec, model_comment=comment, target=target))
     with open(path, "w") as f:
         f.write("".join(parts))
 
@@ -293,7 +283,7 @@ class Tally:
     -> count) and each class's smallest spec."""
 
     def __init__(self, total: int, quiet: bool = False):
-        import fuzz_nets
+        from zoo import fuzz_nets
 
         self.size = fuzz_nets.spec_size
         self.total, self.quiet = total, quiet

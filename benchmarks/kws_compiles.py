@@ -6,7 +6,7 @@ Run::
     PYTHONPATH=src python benchmarks/kws_compiles.py                 # all four
     PYTHONPATH=src python benchmarks/kws_compiles.py auto int8       # some of them
 
-The compiles are those of ``tests/model_compiles.py`` and ``tests/test_auto_precision.py``
+The compiles are those of ``zoo/model_compiles.py`` and ``tests/test_auto_precision.py``
 (same seeds, calibration samples and arguments), in one process with one intra-op thread
 (as a pytest-xdist worker runs them):
 
@@ -30,14 +30,11 @@ import hashlib  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import model_compiles as mc  # noqa: E402
-
 import mcu_npu  # noqa: E402
+from zoo import model_compiles as mc  # noqa: E402
 
 
 def _digest(data: bytes) -> str:

@@ -25,14 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import warnings
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
 
 TARGETS = ["corstone-300", "imxrt700"]
 MODELS = ["ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder"]

@@ -3,8 +3,8 @@ target, against upstream ExecuTorch's default compile.
 
 Run::
 
-    PYTHONPATH=src:benchmarks python benchmarks/memory_placement.py
-    PYTHONPATH=src:benchmarks python benchmarks/memory_placement.py --models ds_cnn \\
+    PYTHONPATH=src python benchmarks/memory_placement.py
+    PYTHONPATH=src python benchmarks/memory_placement.py --models ds_cnn \\
         --targets corstone-300 --no-upstream --json out.json
 
 For each model (``mcu_npu.models.mlperf_tiny``) and target (corstone-300, corstone-320,
@@ -37,15 +37,9 @@ import tempfile
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-for _p in (SRC, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import torch
 
-import torch  # noqa: E402
-
-from ethos_u import MLPERF, build_model, calibration_set, run_worker  # noqa: E402
+from ethos_u import MLPERF, build_model, calibration_set, run_worker
 
 TARGETS = ("corstone-300", "corstone-320", "imxrt700")
 UPSTREAM_NPU = {"corstone-300": "ethos-u55-128", "corstone-320": "ethos-u85-256"}

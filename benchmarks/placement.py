@@ -26,14 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import warnings
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
 
 TARGETS = ["imxrt700", "corstone-300", "corstone-320"]
 

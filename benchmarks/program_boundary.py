@@ -36,14 +36,7 @@ The figures are estimates (``report.latency``'s ``method``). This script prints 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import warnings
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
 
 MODELS = ("ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder")
 TARGETS = ("imxrt700", "corstone-300", "corstone-320")

@@ -2,9 +2,9 @@
 
 Run::
 
-    PYTHONPATH=src:benchmarks python benchmarks/pte_size.py               # 4 models x 2 targets
-    PYTHONPATH=src:benchmarks python benchmarks/pte_size.py --set both --samples 8
-    PYTHONPATH=src:benchmarks python benchmarks/pte_size.py --models ds_cnn \\
+    PYTHONPATH=src python benchmarks/pte_size.py               # 4 models x 2 targets
+    PYTHONPATH=src python benchmarks/pte_size.py --set both --samples 8
+    PYTHONPATH=src python benchmarks/pte_size.py --models ds_cnn \\
         --targets ethos-u85-256 --samples 4 --json out.json
 
 Models (``--set``): ``mlperf``, the four MLPerf Tiny models of ``mcu_npu.models.mlperf_tiny``;
@@ -53,16 +53,10 @@ import traceback
 import warnings
 from collections import Counter
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-for _p in (SRC, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import torch
 
-import torch  # noqa: E402
-
-import tiny_models  # noqa: E402
-from ethos_u import MLPERF, TARGETS, build_model, calibration_set  # noqa: E402
+import tiny_models
+from ethos_u import MLPERF, TARGETS, build_model, calibration_set
 
 SOFTMAX = "+softmax"
 SETS = {"mlperf": tuple(MLPERF), "independent": tuple(tiny_models.MODELS)}
@@ -244,7 +238,6 @@ def run_worker(flow: str, job: str, target: str, workdir: str, timeout: float) -
     stem = os.path.basename(job).removesuffix(".pt")
     out = os.path.join(workdir, f"{flow}_{stem}_{target}.pte")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = os.pathsep.join([SRC, HERE, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", flow, job, target, out]
     try:
         proc = subprocess.run(cmd, env=env, timeout=timeout, stdin=subprocess.DEVNULL,

@@ -27,7 +27,6 @@ prints only; it asserts nothing, and an upstream failure is printed and skipped.
 from __future__ import annotations
 
 import collections
-import os
 import statistics
 import sys
 import time
@@ -40,11 +39,6 @@ import torch
 from torch import nn
 
 warnings.filterwarnings("ignore")
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
 
 from mcu_npu.passes import DecomposeGRU, SplitGRUByLayers  # noqa: E402
 

@@ -7,8 +7,8 @@ Run::
     PYTHONPATH=src python benchmarks/small_compiles.py --repeat 3   # least CPU of 3 each
 
 The compiles are taken from the tests: single operators through the whole flow on
-imxrt700 (``tests/op_cases.py``, the reference NPU compiler), with int16 activations on
-corstone-300 (Vela), and the Cortex-M fallback models of ``tests/test_cpu_fallback.py`` on
+imxrt700 (``zoo/op_cases.py``, the reference NPU compiler), with int16 activations on
+corstone-300 (Vela), and the Cortex-M fallback models of ``zoo/cpu_fallback.py`` on
 the three targets with default placement, with everything or some ops kept off the NPU,
 and activations the NPU takes whole left to the CPU. One thread, as pytest-xdist workers
 run. Every case compiles once untimed first (first-use imports and caches).
@@ -32,22 +32,17 @@ import gc
 import hashlib
 import os
 import statistics
-import sys
 import time
 
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _p in (os.path.join(ROOT, "src"), os.path.join(ROOT, "tests")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import mcu_npu  # noqa: E402
-import test_cpu_fallback as fallback  # noqa: E402
-from helpers import calibration_set  # noqa: E402
-from op_cases import CASES as OPS  # noqa: E402
+from zoo import cpu_fallback as fallback  # noqa: E402
+from zoo.checks import calibration_set  # noqa: E402
+from zoo.op_cases import CASES as OPS  # noqa: E402
 
 OP = {name: (factory, shapes) for name, factory, shapes in OPS}
 

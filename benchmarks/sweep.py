@@ -21,11 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
 import time
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 SWEEP_TARGETS = ("imxrt700", "corstone-300", "corstone-320", "ethos-u55-64")
 SWEEP_MODELS = ("ds_cnn", "mobilenet_v1_025", "resnet8", "fc_autoencoder", "eegnet_style",

@@ -51,23 +51,16 @@ from __future__ import annotations
 
 import argparse
 import operator
-import os
 import statistics
 import sys
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-for _p in (SRC, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import torch
 
-import torch  # noqa: E402
-
-from mcu_npu.models.trained import FOLDED, TASKS, Task, evaluate, task  # noqa: E402
-from mcu_npu.models.trained.data import FOLDS  # noqa: E402
-from mcu_npu.report.metrics import sqnr_db  # noqa: E402
+from mcu_npu.models.trained import FOLDED, TASKS, Task, evaluate, task
+from mcu_npu.models.trained.data import FOLDS
+from mcu_npu.report.metrics import sqnr_db
 
 TARGETS = ("imxrt700", "corstone-300", "corstone-320")
 ARM = ("ethos-u55-128", "ethos-u85-256")

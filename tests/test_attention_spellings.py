@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import mcu_npu
-from attention_spellings import FACTORIES, TOKENS, spelling
+from zoo.attention_spellings import FACTORIES, TOKENS, spelling
 from helpers import (calibration_set, output_step, quantized_edge, run_tflite, sqnr_close,
                      sqnr_db, sqnr_holds)
 from mcu_npu.flow.export import export_module

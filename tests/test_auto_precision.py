@@ -21,7 +21,7 @@ from mcu_npu.graph.ids import node_id
 from mcu_npu.report.metrics import sqnr_db
 from mcu_npu.report import OpPlacement
 
-from model_compiles import KeywordSpotter
+from zoo.model_compiles import KeywordSpotter
 
 
 class MLP(nn.Module):

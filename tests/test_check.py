@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 import torch
-from neutron_sdk_double import Behaviour, install
+from zoo.neutron_sdk_double import Behaviour, install
 from torch import nn
 
 import mcu_npu
@@ -113,7 +113,7 @@ def test_a_planned_view_feeding_a_delegate_is_an_input():
     """ExecuTorch plans a static view as an alias no instruction writes; the check splits a
     delegate call's arguments by the payload's input count, as the device runtime does, so
     such a view is an input, not taken for an output."""
-    import fuzz_nets
+    from zoo import fuzz_nets
     from test_fuzz import FOUND
 
     from mcu_npu.firmware.check import delegate_calls
@@ -137,7 +137,7 @@ def test_a_delegate_tensor_in_another_memory_order_is_refused(monkeypatch):
     converted for; the Ethos-U runtime copies bytes as they lie. With the strides left
     stale (channels-last after a permute that ``to_edge`` made a copy), the compile refuses
     instead of returning a program whose NPU reads its input transposed."""
-    import fuzz_nets
+    from zoo import fuzz_nets
     from executorch.exir.pass_base import ExportedProgramPassResult
     from test_fuzz import STALE_STRIDES
 

@@ -9,7 +9,7 @@ import torch
 
 import mcu_npu
 from helpers import as_list, calibration_set, reference_output_steps
-from op_cases import CASES
+from zoo.op_cases import CASES
 
 
 @pytest.mark.parametrize("name,factory,shapes", CASES, ids=[c[0] for c in CASES])

@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 from neutron_init_checks import init as neutron_init
-from neutron_sdk_double import Behaviour, install
+from zoo.neutron_sdk_double import Behaviour, install
 from torch import nn
 
 import mcu_npu

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from helpers import sqnr_holds
-from model_library import measure
+from zoo.public import measure
 from mcu_npu.flow.export import export_module
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-import fuzz_nets
+from zoo import fuzz_nets
 
 CI_SPECS = fuzz_nets.specs(min_blocks=2, max_blocks=4)
 

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 import mcu_npu
 from helpers import as_list, calibration_set, reference_output_steps, sqnr_db, sqnr_holds
-from model_compiles import keyword_spotter, same_compile
+from zoo.model_compiles import keyword_spotter, same_compile
 from mcu_npu.quantization.precision import CPU_REASON
 
 

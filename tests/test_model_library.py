@@ -1,6 +1,6 @@
 """Models nobody here wrote compile, load in ExecuTorch's runtime and hold the numerics
 contract on the three SoC targets: a representative set of public model-library
-architectures (``model_library``: random weights with settled BatchNorm statistics, 96x96
+architectures (``zoo.public``: random weights with settled BatchNorm statistics, 96x96
 input, 8 calibration samples), the contract measured over all outputs of 8 held-out inputs.
 On corstone-320 (Ethos-U85) the transformer and ConvNeXt families run every compute op on
 the NPU in one partition. ``benchmarks/model_library.py`` runs the long list."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-import model_library
+from zoo import public
 from helpers import assert_loads_in_executorch, sqnr_holds
 from mcu_npu.report import Kernel
 
@@ -21,15 +21,15 @@ from mcu_npu.report import Kernel
 # with resizes (MobileViT). On imxrt700 hard-swish stays on the Cortex-M (no Neutron
 # operator) and GELU runs approximated only where the measurement allows
 # (``flow.approximate``), so no imxrt700 expectation is made here.
-MODELS = model_library.TEST_SET
+MODELS = public.TEST_SET
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,target", [
-    pytest.param(name, target, marks=model_library.same_compile(name, target))
-    for name in MODELS for target in model_library.targets_of(name)])
+    pytest.param(name, target, marks=public.same_compile(name, target))
+    for name in MODELS for target in public.targets_of(name)])
 def test_compiles_loads_and_holds_the_contract(name, target):
-    model, prog, tests, figures = model_library.compiled(name, target)
+    model, prog, tests, figures = public.compiled(name, target)
     report, summary = prog.report, prog.report.summary
     assert summary["ops_on_npu"] > 0, report
     for op in report.ops:  # every CPU op says why

@@ -9,7 +9,7 @@ import torch
 
 import mcu_npu
 from helpers import calibration_set, sqnr_holds
-from model_library import measure
+from zoo.public import measure
 from mcu_npu.passes.aten import ConvertDivToMul
 from mcu_npu.passes.edge import refresh_strides
 from mcu_npu.report import Kernel

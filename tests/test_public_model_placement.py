@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-import model_library
+from zoo import public
 from helpers import sqnr_holds
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=model_library.same_compile(name, "corstone-320"))
+    pytest.param(name, marks=public.same_compile(name, "corstone-320"))
     for name in ["efficientnet_b0_gn", "mobilevit_xxs"]])
 def test_model_runs_wholly_on_ethos_u85_within_contract(name):
-    _, prog, _, m = model_library.compiled(name, "corstone-320")
+    _, prog, _, m = public.compiled(name, "corstone-320")
     s = prog.report.summary
     assert s["ops_on_npu"] == s["ops_total"] and s["partitions"] == 1, prog.report
     assert m["finite"] and sqnr_holds(m["host_sqnr"], m["ref_sqnr"]), m

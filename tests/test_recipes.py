@@ -21,9 +21,9 @@ from mcu_npu.recipes import (
 )
 from mcu_npu.runtime import load_program
 
-import model_compiles
+from zoo import model_compiles
 from helpers import MixedNpuCpu, assert_loads_in_executorch, calibration_set, fit
-from model_compiles import same_compile
+from zoo.model_compiles import same_compile
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 

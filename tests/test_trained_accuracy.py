@@ -14,10 +14,6 @@ held-out inputs against float (``CASES``) (digits: 3 of 360, 0.83 points; GunPoi
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 import mcu_npu
@@ -25,7 +21,6 @@ from helpers import sqnr_holds
 from mcu_npu.flow.measure import measure_accuracy
 from mcu_npu.models.trained import evaluate, task
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 CALIBRATION_INPUTS = 32
 CASES = {
     # model: (target, float accuracy it must reach, held-out inputs it may lose)
@@ -36,15 +31,10 @@ CASES = {
 
 def upstream_arm_quantize():
     """``benchmarks/_upstream_arm.py``'s ``quantize_upstream``: upstream's Arm PTQ recipe,
-    the benchmark's baseline, loaded by path (``benchmarks/`` on ``sys.path`` would shadow
-    test modules of the same name)."""
-    name = "benchmarks_upstream_arm"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / "_upstream_arm.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[name] = module
-    return sys.modules[name].quantize_upstream
+    the benchmark's baseline."""
+    from _upstream_arm import quantize_upstream
+
+    return quantize_upstream
 
 
 @pytest.fixture(scope="module", params=[
@@ -91,7 +81,7 @@ def test_crepe_tiny_is_torchcrepes_network():
     import torch
 
     from mcu_npu.models.trained import crepe
-    from speech_library import import_torchaudio
+    from zoo.speech import import_torchaudio
 
     import_torchaudio()  # torchcrepe imports torchaudio, whose extension is for a CUDA torch
     import torchcrepe

@@ -14,10 +14,10 @@ from mcu_npu.models.mlperf_tiny import MODELS
 from mcu_npu.npu.ethos_u import payload as ethosu_payload
 from mcu_npu.report.metrics import sqnr_db
 
-import model_compiles
+from zoo import model_compiles
 from device_checks import assert_ethos_u_io_matches
 from helpers import DEVICE_OVERHEAD_LIMIT, assert_loads_in_executorch, device_split, sqnr_holds
-from model_compiles import same_compile
+from zoo.model_compiles import same_compile
 
 pytestmark = pytest.mark.slow
 
@@ -84,8 +84,8 @@ prog = mcu_npu.compile(m, (x,), target="ethos-u55-128", calibration=[(x,)])
 pte = deserialize_pte_binary(prog.buffer).program
 print([d.id for plan in pte.execution_plan for d in plan.delegates])
 print(prog.report.partitions[0].compiler, float((prog.run(x)[0] - prog.reference(x)).abs().max()))
-sys.path.insert(0, sys.argv[1])  # tests/, for helpers
-from helpers import assert_loads_in_executorch
+sys.path.insert(0, sys.argv[1])  # benchmarks/, for zoo
+from zoo.checks import assert_loads_in_executorch
 assert_loads_in_executorch(prog.buffer, (x,), prog.run(x))
 """
 
@@ -97,8 +97,9 @@ def test_upstream_arm_backend_in_the_same_process_does_not_take_the_partitions()
     import subprocess
     import sys
 
-    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", UPSTREAM_AFTER, tests_dir], capture_output=True,
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    benchmarks = os.path.join(root, "benchmarks")
+    r = subprocess.run([sys.executable, "-c", UPSTREAM_AFTER, benchmarks], capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     ids, last = r.stdout.strip().splitlines()[-2:]

@@ -15,10 +15,10 @@ from mcu_npu.quantization.exact import run_exact
 from mcu_npu.report.metrics import sqnr_db
 from mcu_npu.models.mlperf_tiny import MODELS
 
-import model_compiles
+from zoo import model_compiles
 from device_checks import assert_neutron_io_matches
 from helpers import assert_loads_in_executorch
-from model_compiles import same_compile
+from zoo.model_compiles import same_compile
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -11,7 +11,7 @@ from mcu_npu.quantization.exact import run_exact
 from mcu_npu.report.metrics import sqnr_db
 
 from helpers import assert_loads_in_executorch, sqnr_holds
-from model_compiles import RECURRENT, recurrent, same_compile
+from zoo.model_compiles import RECURRENT, recurrent, same_compile
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import torch
 import mcu_npu
 from helpers import sqnr_holds
 from mcu_npu.models.signal import SIGNAL_MODELS
-from model_library import measure
+from zoo.public import measure
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from torch import nn
 import mcu_npu
 from helpers import sqnr_holds
 from mcu_npu.report import Kernel
-from model_library import measure, settle_batch_norm
+from zoo.public import measure, settle_batch_norm
 
 
 class Cnn1d(nn.Module):

@@ -1,4 +1,4 @@
-"""NeutronCompiler against a test double of the eIQ Neutron SDK (neutron_sdk_double.py).
+"""NeutronCompiler against a test double of the eIQ Neutron SDK (``zoo.neutron_sdk_double``).
 
 The double stands in for NXP's converter; these tests check what this project owns: the
 converter call, the NeutronGraph extraction, the payload bytes the device runtime reads and
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from neutron_sdk_double import MAGIC, Behaviour, install
+from zoo.neutron_sdk_double import MAGIC, Behaviour, install
 
 from mcu_npu.errors import NpuCompilerError
 from mcu_npu.npu import ReferenceCompiler, get_compiler
@@ -139,7 +139,7 @@ def test_options_reach_the_compilation_context(monkeypatch):
 def test_the_converter_target_is_the_npu_specs(monkeypatch):
     """MCX N947's NPU is 'mcxn94x' to the converter (NpuSpec.vendor_target), not the preset
     name; an explicit NeutronOptions.target still wins."""
-    import neutron_sdk_double
+    from zoo import neutron_sdk_double
 
     monkeypatch.setattr(neutron_sdk_double, "TARGETS", ("imxrt700", "mcxn94x"))
     b = Behaviour()
@@ -219,7 +219,8 @@ def compare_with_upstream() -> str:
 
 def test_payload_matches_upstream_composer():
     here = Path(__file__).resolve().parent
-    code = (f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]\n"
+    paths = [str(here), str(here.parent), str(here.parent.parent / "benchmarks")]
+    code = (f"import sys; sys.path[:0] = {paths!r}\n"
             "import test_neutron; print(test_neutron.compare_with_upstream())")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=300)

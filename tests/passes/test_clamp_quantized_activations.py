@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import mcu_npu
-import fuzz_nets
+from zoo import fuzz_nets
 from mcu_npu.runtime.pte import load
 
 CASES = {

@@ -12,7 +12,7 @@ from executorch.exir import EdgeCompileConfig, to_edge
 from executorch.exir.dialects._ops import ops as exir_ops
 
 import mcu_npu
-from attention_spellings import spelling
+from zoo.attention_spellings import spelling
 from helpers import calibration_set, sqnr_holds
 from mcu_npu.passes.edge import DecomposePortableLinear
 from mcu_npu.report.metrics import sqnr_db

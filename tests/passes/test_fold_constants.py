@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import mcu_npu
-import model_library
+from zoo import public
 from helpers import as_list, calibration_set, reference_output_steps, sqnr_holds
 from mcu_npu.passes.aten import FoldConstants
 from mcu_npu.passes.aten.fold_constants import MAX_ELEMENTS, MAX_GROWTH
@@ -301,7 +301,7 @@ def test_quantization_aware_training_trains_folded_weights(target):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,cpu_ops", [
-    pytest.param(name, ops, marks=model_library.same_compile(name, "corstone-320"))
+    pytest.param(name, ops, marks=public.same_compile(name, "corstone-320"))
     for name, ops in [
         ("vit_tiny_patch16_224", set()),          # class token: expand + cat
         ("levit_128s", {"aten.div.Tensor"}),      # bias tables; the distilled head's (a + b) / 2
@@ -310,7 +310,7 @@ def test_timm_models_with_constant_subgraphs_compile(name, cpu_ops):
     """Whole timm models that failed on ops over constants compile for corstone-320 with
     every cat and add on the NPU, and the host run is within 1 dB of the reference's SQNR
     over 8 inputs."""
-    model, prog, tests, measured = model_library.compiled(name, "corstone-320")
+    model, prog, tests, measured = public.compiled(name, "corstone-320")
     off = {o.op for o in prog.report.ops if not o.placement.startswith("NPU partition")}
     assert off <= cpu_ops, prog.report
     assert sqnr_holds(measured["host_sqnr"], measured["ref_sqnr"]), measured

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import mcu_npu
-from attention_spellings import spelling
+from zoo.attention_spellings import spelling
 from helpers import calibration_set, sqnr_db, sqnr_holds
 from mcu_npu.runtime.pte import load
 

@@ -13,7 +13,7 @@ from helpers import sqnr_holds
 from mcu_npu.flow.measure import measure_accuracy
 from mcu_npu.passes.edge import QuantizeFullAsInteger
 from mcu_npu.runtime.pte import load
-from model_compiles import RECURRENT
+from zoo.model_compiles import RECURRENT
 
 
 def _edge_of_full(value: float, scale: float, zero_point: int):

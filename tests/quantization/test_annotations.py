@@ -13,7 +13,7 @@ from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.fake_quantize import FakeQuantize
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
-from op_cases import Fn
+from zoo.op_cases import Fn
 from mcu_npu.quantization import NpuQuantizer
 from mcu_npu.upstream.patches import pattern_graphs_traced_once
 

@@ -15,7 +15,7 @@ import torch
 from device_checks import (assert_ethos_u_io_matches, assert_neutron_io_matches, delegate_io,
                            merges_of)
 from helpers import assert_loads_in_executorch, calibration_set, sqnr_db
-from neutron_sdk_double import Behaviour, install
+from zoo.neutron_sdk_double import Behaviour, install
 
 import mcu_npu
 from mcu_npu.quantization.exact import run_exact

@@ -3,7 +3,7 @@ with outputs equal, bit for bit, to the host runtime's: the MLPerf Tiny models o
 corstone-300, corstone-320 (Vela payloads) and imxrt700, the GRU keyword spotter on
 corstone-300 and imxrt700, and the model-library set on the three targets (the Cortex-M
 kernels of what the NPU leaves included). The programs are the compiles the model-level tests check
-(``model_compiles``, ``model_library.compiled``), shared through their xdist groups.
+(``model_compiles``, ``public.compiled``), shared through their xdist groups.
 
 Each run is also counted: the runtime must reach the NPU backend once per delegate call and
 the host kernels once per call of an operator it lacks, so an equal output cannot come from
@@ -14,12 +14,11 @@ from __future__ import annotations
 import pytest
 
 import mcu_npu
-import model_compiles
-import model_library
+from zoo import model_compiles, public
 from helpers import assert_same_outputs
 from mcu_npu.models.mlperf_tiny import MODELS as MLPERF
 from mcu_npu.runtime.executorch import bridge
-from model_compiles import same_compile
+from zoo.model_compiles import same_compile
 
 pytestmark = pytest.mark.slow
 TARGETS = ["corstone-300", "corstone-320", "imxrt700"]
@@ -104,11 +103,11 @@ def test_gru_keyword_spotter_runs_in_executorch_as_on_the_host(target, calls):
 
 
 @pytest.mark.parametrize("name,target", [
-    pytest.param(name, target, marks=model_library.same_compile(name, target))
-    for name in model_library.TEST_SET for target in model_library.targets_of(name)])
+    pytest.param(name, target, marks=public.same_compile(name, target))
+    for name in public.TEST_SET for target in public.targets_of(name)])
 def test_model_library_runs_in_executorch_as_on_the_host(name, target, calls):
-    _, prog, tests, _ = model_library.compiled(name, target)
+    _, prog, tests, _ = public.compiled(name, target)
     assert_runs_alike(prog, tests[:2], calls)
-    if target not in model_library.TEST_SET[name]:
+    if target not in public.TEST_SET[name]:
         return
     assert _calls_per_run(prog._program._program) == (1, 2)  # one partition; I/O quantize

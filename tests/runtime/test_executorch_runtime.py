@@ -12,7 +12,7 @@ import types
 import pytest
 import torch
 from helpers import assert_same_outputs, calibration_set
-from neutron_sdk_double import Behaviour, install
+from zoo.neutron_sdk_double import Behaviour, install
 
 import mcu_npu
 from mcu_npu.errors import ConfigError, InvalidProgramError, RuntimeUnavailableError

@@ -18,7 +18,7 @@ import torch
 
 import mcu_npu
 from helpers import as_list, calibration_set, reference_output_steps, sqnr_db, sqnr_holds
-from op_cases import CASES
+from zoo.op_cases import CASES
 
 TARGET = "corstone-300"
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import convert_module, output_step, run_tflite
-from op_cases import CASES
+from zoo.op_cases import CASES
 
 
 @pytest.mark.parametrize("name,factory,shapes", CASES, ids=[c[0] for c in CASES])

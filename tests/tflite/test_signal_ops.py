@@ -1,7 +1,7 @@
 """The operators signal models add run on the Ethos-U55 and U85 as Vela compiles them: ELU
 (as MINIMUM, EXP, ADD, QUANTIZE and MAXIMUM) and LOG, each in the emitted TFLite graph that
 LiteRT's reference kernels run within one output step of the quantized reference
-(``tests/op_cases.py``: ``elu``, ``elu_4d``, ``log_of_sigmoid``)."""
+(``zoo/op_cases.py``: ``elu``, ``elu_4d``, ``log_of_sigmoid``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Models from a public speech library (SpeechBrain), as a user brings them: random weights,
 a small input (40 filterbank features x 100 frames, 1 s of speech), a few calibration
 samples. Shared by ``tests/test_speech_library.py`` (a representative few, in CI) and
-``benchmarks/speech_library.py`` (the whole list). Speaker embeddings (TDNN, ECAPA with
+``benchmarks/model_library.py --set speech`` (the whole list). Speaker embeddings (TDNN, ECAPA with
 attentive statistics pooling, ResNet), conv-recurrent ASR encoders, ContextNet, a conformer.
 
 SpeechBrain imports torchaudio, whose compiled extension on PyPI is built against a CUDA
@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from model_library import measure, with_samples
+from .public import measure, with_samples
 
 FEATURES, FRAMES = 40, 100      # filterbank features x frames (10 ms hop: 1 s)
 TARGETS = ["imxrt700", "corstone-300", "corstone-320"]
@@ -143,7 +143,7 @@ MODELS = {
 # the tests compile (tests/test_speech_library.py) on every target of TARGETS. The
 # conformer (attention, GLU gate, depthwise temporal conv, LayerNorm, swish) runs wholly on
 # the NPU everywhere; the speaker ResNet keeps a reshape and a copy of its statistics
-# pooling on the CPU (benchmarks/speech_library.py lists what stays and why).
+# pooling on the CPU (benchmarks/model_library.py --set speech lists what stays and why).
 TEST_SET: dict[str, set[str]] = {
     "conformer_1x32": set(TARGETS),
     "resnet_tdnn": set(),       # 2-D residual convs with squeeze-excite, statistics pooling
@@ -163,7 +163,7 @@ def build(name: str, seed: int = 0):
 @functools.lru_cache(maxsize=None)
 def compiled(name: str, target: str):
     """(model, compiled program, held-out test inputs, ``measure``'s figures) for ``name`` on
-    ``target``, compiled once per test process (see ``model_library.compiled``)."""
+    ``target``, compiled once per test process (see ``public.compiled``)."""
     import mcu_npu
 
     model, example, calibration, tests = build(name)

@@ -444,7 +444,7 @@ def _b_attention(kind, shape, p):
 
 def _b_attention_spelling(kind, shape, p):
     """Attention in one of the ways libraries write it (``attention_spellings``)."""
-    from attention_spellings import FACTORIES
+    from .attention_spellings import FACTORIES
 
     width, tokens = shape[-1], shape[1]
     heads = _pick([d for d in _divisors(width) if d <= 4], p["heads"])
@@ -779,7 +779,7 @@ def check(spec, target: str, npu_compiler: str = "auto"):
       for a whole network where steps add up across layers, the SQNR against the float
       model within 1 dB of the reference's."""
     import mcu_npu
-    from helpers import assert_loads_in_executorch
+    from .checks import assert_loads_in_executorch
     from mcu_npu.report.metrics import sqnr_db
     from mcu_npu.quantization.exact import run_exact
 
@@ -861,7 +861,7 @@ def check_device_runtimes(prog, sample, host_outputs) -> None:
     """The program's delegate calls pass the device runtimes' I/O rules (element types, sizes
     and counts: ``firmware.check.io_problems_of``), and ExecuTorch's own C++ runtime runs it
     to the host run's outputs, bit for bit."""
-    from helpers import assert_same_outputs
+    from .checks import assert_same_outputs
     from mcu_npu.firmware.check import io_problems_of
     from mcu_npu.runtime.pte import Program
 

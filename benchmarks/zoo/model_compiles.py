@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 
-import pytest
 import torch
 import torch.nn as nn
 
@@ -119,4 +118,6 @@ def keyword_spotter(target: str, precision: str = "int8"):
 
 def same_compile(*key: str):
     """The pytest mark that sends every test using one of these compiles to one worker."""
+    import pytest
+
     return pytest.mark.xdist_group("compile-" + "-".join(key))

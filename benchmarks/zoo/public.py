@@ -159,13 +159,6 @@ def build(name: str, seed: int = 0, shallow: bool = False):
     return with_samples(model, (1, 3, size, size), seed)
 
 
-def factory(name: str):
-    """``(model, example inputs, calibration samples)`` for ``name``: a model factory for
-    ``mcu_npu.sweep`` (``functools.partial(factory, name)`` crosses to a worker process by
-    reference, the model is built there)."""
-    return build(name)[:3]
-
-
 def with_samples(model, shape: tuple, seed: int):
     """(model in eval mode, example inputs, calibration samples, held-out test inputs):
     random inputs of ``shape`` drawn from ``seed + 1``, the BatchNorm statistics settled on
