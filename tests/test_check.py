@@ -15,7 +15,10 @@ from torch import nn
 
 import mcu_npu
 from mcu_npu import cli
-from mcu_npu.firmware.check import check_program, ethos_u_problems, neutron_problems
+from mcu_npu.device.delegate_io import NpuTensor, io_problems
+from mcu_npu.firmware.check import check_program
+from mcu_npu.npu.ethos_u import FAMILY as ETHOS_U
+from mcu_npu.npu.neutron import FAMILY as NEUTRON
 from mcu_npu.runtime.pte import load
 
 
@@ -75,12 +78,18 @@ def test_payload_not_in_the_runtimes_format(ethos_u, neutron):
     vela, nxp_payload = payload_of(ethos_u[0].buffer), payload_of(neutron.buffer)
     one_input = [((1, 2, 6, 6), (0, 1, 2, 3), 1)]
     one_output = [((1, 4, 4, 4), (0, 1, 2, 3), 1)]
-    (problem,) = neutron_problems(vela, one_input, one_output)
+    (problem,) = NEUTRON.payload_problems(vela, one_input, one_output, None)
     assert problem.startswith("not a Neutron payload")
-    (problem,) = ethos_u_problems(nxp_payload, one_input, one_output)
+    (problem,) = ETHOS_U.payload_problems(nxp_payload, one_input, one_output, None)
     assert problem.startswith("not a Vela bin stream")
-    assert neutron_problems(nxp_payload, [((1, 2, 6, 6), (0, 1, 2, 3), 6)], one_output) == []
-    (problem,) = ethos_u_problems(vela, [((1, 2, 6, 6), (0, 1, 2, 3), 6)], one_output)
+    float_input = [((1, 2, 6, 6), (0, 1, 2, 3), 6)]
+    assert NEUTRON.payload_problems(nxp_payload, float_input, one_output, None) == []
+    assert ETHOS_U.payload_problems(vela, float_input, one_output, None) == []
+    # the bin stream is the runtime's; a float tensor for its int8 input record is not
+    records = ETHOS_U.npu_tensors(vela, None)
+    (problem,) = io_problems(ETHOS_U, [(torch.float32, (1, 2, 6, 6))],
+                             [(torch.int8, (1, 4, 4, 4))],
+                             *([NpuTensor(*t) for t in records[k]] for k in ("inputs", "outputs")))
     assert problem.startswith("Ethos-U input 0 is torch.float32 for a 1-byte NPU input")
 
 

@@ -14,14 +14,13 @@ from torch import nn
 
 import mcu_npu
 from helpers import sqnr_db, sqnr_holds
-from mcu_npu.device.delegate_io import (NpuTensor, ethos_u_input_problem, io_problems,
-                                        neutron_problem)
+from mcu_npu.device.delegate_io import NpuTensor, io_problems
 from mcu_npu.errors import InvalidProgramError
 from mcu_npu.firmware.check import io_problems_of
 from mcu_npu.partition import propose
 from mcu_npu.quantization.exact import run_exact
+from mcu_npu.npu import ethos_u, neutron
 from mcu_npu.runtime.pte import Program
-from mcu_npu.targets import NpuKind
 from mcu_npu.tflite.ops_aliases import QUANTIZE
 
 TARGETS = ("imxrt700", "corstone-300", "corstone-320")
@@ -29,6 +28,7 @@ TARGETS = ("imxrt700", "corstone-300", "corstone-320")
 
 # --- the rules ------------------------------------------------------------------------------
 def test_ethos_u_takes_integer_tensors_of_the_records_element_size_only():
+    ethos_u_input_problem = ethos_u.FAMILY.input_problem
     one_byte = NpuTensor(12, 1)
     assert ethos_u_input_problem(0, torch.int8, 12, one_byte) is None
     assert ethos_u_input_problem(0, torch.uint8, 12, one_byte) is None
@@ -38,17 +38,18 @@ def test_ethos_u_takes_integer_tensors_of_the_records_element_size_only():
     assert ethos_u_input_problem(0, torch.int16, 12, NpuTensor(12, 2)) is None
     assert "Input tensor sizes do not match" in ethos_u_input_problem(0, torch.int8, 10,
                                                                       one_byte)
-    (problem,) = io_problems(NpuKind.ETHOS_U, [(torch.int8, (1, 12))], [(torch.float32, (3,))],
-                             [one_byte], [NpuTensor(3, 1)])
+    (problem,) = io_problems(ethos_u.FAMILY, [(torch.int8, (1, 12))],
+                             [(torch.float32, (3,))], [one_byte], [NpuTensor(3, 1)])
     assert problem.startswith("Ethos-U output 0: the program's tensor is 12 bytes")
-    assert io_problems(NpuKind.ETHOS_U, [], [], [one_byte], [])[0].startswith(
+    assert io_problems(ethos_u.FAMILY, [], [], [one_byte], [])[0].startswith(
         "the NPU takes 1 inputs")
 
 
 def test_neutron_takes_tensors_of_the_npu_tensors_element_size_and_count():
-    assert neutron_problem("input", 0, torch.int8, 6, NpuTensor(6, 1)) is None
-    assert "4 bytes each" in neutron_problem("input", 0, torch.float32, 6, NpuTensor(6, 1))
-    assert neutron_problem("output", 2, torch.int8, 5, NpuTensor(6, 1)).startswith(
+    rules = neutron.FAMILY
+    assert rules.input_problem(0, torch.int8, 6, NpuTensor(6, 1)) is None
+    assert "4 bytes each" in rules.input_problem(0, torch.float32, 6, NpuTensor(6, 1))
+    assert rules.output_problem(2, torch.int8, 5, NpuTensor(6, 1)).startswith(
         "Neutron output 2 is 5 x torch.int8")
 
 
@@ -145,7 +146,7 @@ def test_a_refused_program_is_caught_by_the_same_rule_in_the_check_and_the_runti
     monkeypatch.setattr(flow, "measure", lambda program, *_: program)  # the check's read
     prog, samples = _compile()
     (problem,) = io_problems_of(Program(prog.buffer, prog.host_data))
-    rule = ethos_u_input_problem(0, torch.float32, 72, NpuTensor(72, 1))
+    rule = ethos_u.FAMILY.input_problem(0, torch.float32, 72, NpuTensor(72, 1))
     assert problem == f"delegate 0 (EthosUBackend): {rule}"
     with pytest.raises(InvalidProgramError) as refused:
         prog.run(*samples[1])

@@ -234,10 +234,12 @@ COMPILE_TIME = {"mcu_npu.api", "mcu_npu.backend", "mcu_npu.cli", "mcu_npu.flow",
                 "mcu_npu.partition", "mcu_npu.passes", "mcu_npu.quantization", "mcu_npu.recipes",
                 "mcu_npu.tflite", "mcu_npu.upstream.edge_dialect",
                 "mcu_npu.upstream.decompose_in_place"}
-PAYLOAD_FORMATS = {"mcu_npu.npu", "mcu_npu.npu.ethos_u", "mcu_npu.npu.ethos_u.payload",
-                   "mcu_npu.npu.neutron", "mcu_npu.npu.neutron.payload"}
-"""The payload formats, and the family packages above them (their ``__init__`` runs when a
-format is imported, so it must load no compiler either)."""
+PAYLOAD_FORMATS = {"mcu_npu.npu", "mcu_npu.npu.family", "mcu_npu.npu.families",
+                   *(f"mcu_npu.npu.{family}{module}" for family in ("ethos_u", "neutron")
+                     for module in ("", ".payload", ".io", ".check", ".runtime", ".sdk"))}
+"""The NPU families (``npu.family``, ``npu.families`` and each family package with what its
+``FAMILY`` reads: payload format, I/O rules, payload checks, runtime record), which the host
+runtime reads; none of them loads a compiler."""
 RUNTIME_MODULES = sorted(m for m in MODULES if package_of(m) == "mcu_npu.runtime")
 
 

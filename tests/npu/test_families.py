@@ -1,18 +1,35 @@
-"""Every NPU kind has its family package (``npu.families``), and what differs by family is
-read from it."""
+"""Every NPU kind has its family (``npu.families``), and what differs by family is read from
+it."""
 
 import struct
 
-from mcu_npu.npu.families import PACKAGES, family_module
+import pytest
+
+from mcu_npu.errors import ConfigError
+from mcu_npu.npu.families import families, family, family_of_backend
 from mcu_npu.npu.neutron import payload as nxp
-from mcu_npu.targets import NpuKind
+from mcu_npu.targets import NpuKind, targets, get_target
 
 
-def test_every_npu_kind_has_a_family_package_with_its_runtime_record():
-    assert set(PACKAGES) == set(NpuKind)
+def test_every_npu_kind_has_a_family_with_its_runtime_record():
+    assert {f.kind for f in families()} >= set(NpuKind)
     for kind in NpuKind:
-        record = family_module(kind, "runtime").runtime_record([])
-        assert record["runtime"] == kind.device_backend
+        found = family(kind)
+        assert family(kind.value) is found and family_of_backend(found.backend_id) is found
+        assert found.runtime_record([])["runtime"] == found.backend_id
+    assert len({f.backend_id for f in families()}) == len(families())
+
+
+def test_every_target_names_a_family_whose_compiler_it_uses():
+    for name in targets():
+        npu = get_target(name).npu
+        assert family(npu.kind).compiler == npu.vendor_compiler, name
+
+
+def test_an_unknown_kind_or_backend_has_no_family():
+    with pytest.raises(ConfigError, match="no NPU family 'tpu'"):
+        family("tpu")
+    assert family_of_backend("XnnpackBackend") is None
 
 
 def test_the_neutron_record_lists_the_payload_versions_it_is_given():
@@ -26,7 +43,7 @@ def test_the_neutron_record_lists_the_payload_versions_it_is_given():
             output_map=(0,), version=version, microcode=struct.pack(f"<{count}I", *words),
             weights=bytes(32), kernels=b""))
 
-    record = family_module(NpuKind.NEUTRON, "runtime").runtime_record(
+    record = family(NpuKind.NEUTRON).runtime_record(
         [payload(1), payload(0), payload(1)])
     assert record["neutron_payload_versions"] == [0, 1]
     assert f"{nxp.MAGIC:#010x}" in record["delegate_payload"]

@@ -11,8 +11,8 @@ from torch import nn
 
 from helpers import quantized_edge
 from mcu_npu.errors import ConfigError
+from mcu_npu.npu import families
 from mcu_npu.partition import NpuPartitioner, SupportAnalysis, Verdict, VerdictCategory
-from mcu_npu.partition import propose as partitioner_module
 from mcu_npu.targets import NpuKind, NpuSpec, get_target
 
 
@@ -60,7 +60,8 @@ def test_npu_compiler_refusing_no_node_of_a_partition_moves_the_partition(edge_p
         rounds.append(1)
         return {f"ghost_{len(rounds)}": "refused"}
 
-    monkeypatch.setitem(partitioner_module.OPERATOR_CHECKS, "vela", refuses_ghosts)
+    monkeypatch.setitem(families._FAMILIES, "ethos-u", dataclasses.replace(
+        families.family(NpuKind.ETHOS_U), operator_check=refuses_ghosts))
     rejected = NpuPartitioner("corstone-300").refine(edge_program)
     assert rejected and len(rounds) == 2  # both convolutions' partitions, once each
     assert all(r.category is VerdictCategory.NPU_COMPILER and "ghost_" in r.reason

@@ -16,6 +16,7 @@ from zoo.neutron_sdk_double import Behaviour, install
 
 import mcu_npu
 from mcu_npu.errors import ConfigError, InvalidProgramError, RuntimeUnavailableError
+from mcu_npu.npu.ethos_u import FAMILY as ETHOS_U
 from mcu_npu.runtime import load as load_program
 from mcu_npu.runtime import npu_emulator
 from mcu_npu.runtime.delegates import DeviceTensor, register_emulator, unregister_emulator
@@ -183,13 +184,13 @@ def test_a_host_emulator_that_transposes_where_ethos_u_copies_differs_from_execu
 
     unregister_emulator("EthosUBackend")
     try:
-        register_emulator("EthosUBackend", transposing, npu_emulator.ethos_u_input_count)
+        register_emulator("EthosUBackend", transposing, ETHOS_U.input_count)
         with pytest.raises(AssertionError, match="differs"):
             assert_same_outputs(_fresh(prog).run(*samples[0]), truth)
     finally:
         unregister_emulator("EthosUBackend")
         register_emulator("EthosUBackend", npu_emulator.run_ethos_u,
-                          npu_emulator.ethos_u_input_count)
+                          ETHOS_U.input_count)
     assert_same_outputs(_fresh(prog).run(*samples[0]), truth)
 
 

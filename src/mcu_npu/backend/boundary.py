@@ -2,23 +2,19 @@
 of a lowered program before it is written.
 
 A partition's NPU tensors (element count and size) are recorded when it is compiled
-(``npu_tensors``, into the lowered module's info); after delegation each call's arguments
-are checked against them with ``device.delegate_io.io_problems``, the function by which the
-host runtime refuses a call. ``flow.lower`` moves a partition found here to the CPU, so a
+(``NpuFamily.npu_tensors``, into the lowered module's info); after delegation each call's
+arguments are checked against them with ``device.delegate_io.io_problems``, the function by
+which the host runtime refuses a call. ``flow.lower`` moves a partition found here to the CPU, so a
 program the device would refuse is never serialized.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ..device.delegate_io import NpuTensor, io_problems
-from ..device.payload import is_container
 from ..graph.delegate_call import is_delegate_call
-from ..targets import NpuKind
+from ..npu.families import family
 
 if TYPE_CHECKING:
     from executorch.exir.lowered_backend_module import LoweredBackendModule
@@ -27,27 +23,12 @@ NPU_IO = "npu_io"
 """The key of the NPU tensors in a lowered module's delegate info."""
 
 
-def npu_tensors(payload: bytes, graph, kind: NpuKind) -> dict[str, list[tuple[int, int]]]:
-    """The NPU inputs and outputs of a compiled partition as the device runtime reads them:
-    an Ethos-U payload's Vela records, else the partition graph's tensors (``graph``, the
-    ``TFLiteModel`` the host runs)."""
-    if kind is NpuKind.ETHOS_U and not is_container(payload):
-        from ..npu.ethos_u import payload as ethosu_payload
-
-        stream = ethosu_payload.parse(payload)
-        return {"inputs": [(math.prod(io.shape), io.elem_size) for io in stream.inputs],
-                "outputs": [(math.prod(io.shape), io.elem_size) for io in stream.outputs]}
-    return {kind_: [(math.prod(spec.shape), np.dtype(spec.dtype).itemsize) for spec in specs]
-            for kind_, specs in (("inputs", graph.inputs), ("outputs", graph.outputs))}
-
-
 def _tensors(value) -> list[tuple[object, tuple[int, ...]]]:
     values = value if isinstance(value, (list, tuple)) else [value]
     return [(v.dtype, tuple(v.shape)) for v in values]
 
 
-def refused_calls(exported_program,
-                  kind: NpuKind) -> list[tuple[LoweredBackendModule, list[str]]]:
+def refused_calls(exported_program, kind) -> list[tuple[LoweredBackendModule, list[str]]]:
     """Each delegate call of ``exported_program`` (lowered, its partitions' graphs still
     held) that ``kind``'s device runtime would refuse or misread, with the reasons."""
     import torch
@@ -63,7 +44,7 @@ def refused_calls(exported_program,
             continue  # not one of this project's partitions
         inputs = [(a.meta["val"].dtype, tuple(a.meta["val"].shape)) for a in node.args[1:]
                   if isinstance(a, torch.fx.Node)]
-        problems = io_problems(kind, inputs, _tensors(node.meta["val"]),
+        problems = io_problems(family(kind), inputs, _tensors(node.meta["val"]),
                                [NpuTensor(*t) for t in recorded["inputs"]],
                                [NpuTensor(*t) for t in recorded["outputs"]])
         if problems:

@@ -1,10 +1,11 @@
 """The backends' ``preprocess``: Edge partition -> TFLite int8 -> NPU compiler -> payload.
 
 ExecuTorch finds a backend by class name, and upstream's Arm and NXP backends define classes
-named like the device runtimes' ids, so these classes carry names of their own and
-``DeviceBackendIds`` writes the device id (``NeutronBackend``, ``EthosUBackend``) into the
-lowered modules afterwards; a vendor payload then runs on the device runtime unchanged, and
-importing an upstream backend in the same process cannot take over this project's
+named like the device runtimes' ids, so these classes (one per NPU family, ``backend_for``)
+carry names of their own and ``DeviceBackendIds`` writes the device id
+(``NpuFamily.backend_id``: ``NeutronBackend``, ``EthosUBackend``) into the lowered modules
+afterwards; a vendor payload then runs on the device runtime unchanged, and importing an
+upstream backend in the same process cannot take over this project's
 partitions. A vendor payload's TFLite graph is kept for the host emulator as external named
 data, under a key derived from the payload (``device.payload.host_graph_key``): it goes to
 the companion file, not into the device program.
@@ -33,14 +34,15 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.utils import _pytree as pytree
 
-from .boundary import NPU_IO, npu_tensors
+from .boundary import NPU_IO
 from .compile_spec import NpuCompileSpec
-from ..errors import (ConfigError, ConversionError, McuNpuError, NpuCompilerError,
+from ..errors import (ConversionError, McuNpuError, NpuCompilerError,
                      PartitionError, first_line)
 from ..npu.compilers import get_compiler
 from ..device.payload import HOST_DATA_TAG, host_graph_key, unpack_reference
 from .debug_handles import delegate_debug_map, npu_op_nodes
-from ..targets import NpuKind, get_target
+from ..npu import families
+from ..targets import get_target
 from ..tflite import convert
 from ..tflite.describe import op_names
 from ..graph.ids import node_id
@@ -68,7 +70,7 @@ def npu_preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessRe
         "stats": op_cycles(dict(artifact.stats), op_nodes),
         "tflite_ops": op_names(model.buffer),
         "tflite_bytes": len(model.buffer),
-        NPU_IO: npu_tensors(artifact.payload, graph, target.npu.kind),
+        NPU_IO: families.family(target.npu.kind).npu_tensors(artifact.payload, graph),
     }
     debug_map = delegate_debug_map(edge_program, host, model.op_origins,
                                    compute_nodes(edge_program))
@@ -114,36 +116,23 @@ def host_graph_of(artifact):
                             else artifact.payload)[0]
 
 
-class McuNpuNeutronBackend(BackendDetails):
-    """Partitions for NXP's eIQ Neutron NPU (device id ``NeutronBackend``)."""
-
-    device_id = "NeutronBackend"
-
-    @staticmethod
-    def preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
-        return npu_preprocess(edge_program, compile_specs)
+_BACKENDS: dict[str, type[BackendDetails]] = {}
+"""This project's backend classes by class name, one per NPU family, made by ``backend_for``."""
 
 
-class McuNpuEthosUBackend(BackendDetails):
-    """Partitions for Arm's Ethos-U NPUs (device id ``EthosUBackend``)."""
-
-    device_id = "EthosUBackend"
-
-    @staticmethod
-    def preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
-        return npu_preprocess(edge_program, compile_specs)
-
-
-BACKENDS = {NpuKind.NEUTRON: McuNpuNeutronBackend, NpuKind.ETHOS_U: McuNpuEthosUBackend}
-DEVICE_IDS = {cls.__name__: cls.device_id for cls in BACKENDS.values()}
-
-
-def backend_for(kind: NpuKind) -> type[BackendDetails]:
-    """The backend that compiles partitions for a ``kind`` NPU."""
-    try:
-        return BACKENDS[kind]
-    except KeyError:
-        raise ConfigError(f"no mcu-npu backend for a {kind} NPU") from None
+def backend_for(kind) -> type[BackendDetails]:
+    """The backend that compiles partitions for a ``kind`` NPU: a ``BackendDetails`` named
+    ``NpuFamily.backend_class_name`` (ExecuTorch finds a backend by its class name), made once
+    per family, whose ``device_id`` is the family's device runtime id."""
+    family = families.family(kind)
+    backend = _BACKENDS.get(family.backend_class_name)
+    if backend is None:
+        backend = type(family.backend_class_name, (BackendDetails,), {
+            "__doc__": f"Partitions for {family.kind} NPUs (device id {family.backend_id}).",
+            "__module__": __name__, "device_id": family.backend_id,
+            "preprocess": staticmethod(npu_preprocess)})
+        _BACKENDS[backend.__name__] = backend
+    return backend
 
 
 COMPUTE_NODES = "mcu_npu_compute_nodes"
@@ -167,8 +156,8 @@ def use_device_ids(exported_program: ExportedProgram) -> bool:
     True if any was renamed."""
     renamed = False
     for module in exported_program.graph_module.modules():
-        if isinstance(module, LoweredBackendModule) and module.backend_id in DEVICE_IDS:
-            module._backend_id = DEVICE_IDS[module.backend_id]
+        if isinstance(module, LoweredBackendModule) and module.backend_id in _BACKENDS:
+            module._backend_id = _BACKENDS[module.backend_id].device_id
             renamed = True
     return renamed
 

@@ -15,11 +15,14 @@ emulators copy data by them, so both follow the device code, not a convenience o
 A layout is a permutation ``perm``: the NPU tensor is ``torch_tensor.permute(perm)``, so its
 memory order is ``perm`` itself.
 
+Which of the two a runtime does is a capability of its NPU (``NpuSpec.runtime_transposes_io``).
 Neither runtime converts element types: Ethos-U refuses a tensor whose type is not one it
 copies or whose element size differs from Vela's record, and Neutron hands the bytes on as
-they are. ``io_problems`` says where a delegate call breaks these rules; the host runtime's
-emulators refuse a call by it, and the compiler checks every partition by it before the
-program is written (``flow.lower``), so a program the device refuses never comes out.
+they are; each NPU family states its rules (``npu.family.NpuFamily.input_problem``,
+``output_problem``). ``io_problems`` says where a delegate call breaks them; the host
+runtime's emulators refuse a call by them, and the compiler checks every partition by them
+before the program is written (``flow.lower``), so a program the device refuses never comes
+out.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import InvalidProgramError
-from ..targets import NpuKind
 
 Perm = tuple[int, ...]
 
@@ -99,23 +101,18 @@ def neutron_layout(sizes, dim_order, flag: int, what: str = "tensor") -> Perm:
     return identity(rank)
 
 
-def ethos_u_layout(dim_order) -> Perm:
-    """The Ethos-U runtime copies bytes as they lie: the NPU sees the tensor's memory order."""
-    return tuple(dim_order)
-
-
 def same_memory_order(shape, a: Perm, b: Perm) -> bool:
     """True when layouts ``a`` and ``b`` differ only in where size-1 axes sit."""
     return [d for d in a if shape[d] != 1] == [d for d in b if shape[d] != 1]
 
 
-def boundary_layouts(kind: NpuKind, sizes, dim_order) -> list[tuple[Perm, int]]:
+def boundary_layouts(transposes: bool, sizes, dim_order) -> list[tuple[Perm, int]]:
     """Every (layout, Neutron flag) the device runtime can hand the NPU for a tensor of
-    ``sizes`` and ``dim_order``, the plain copy first. Ethos-U has one: its memory order."""
-    if kind is NpuKind.ETHOS_U:
-        return [(ethos_u_layout(dim_order), NeutronFormat.FORMATLESS)]
-    if kind is not NpuKind.NEUTRON:
-        raise ValueError(f"no delegate I/O rules for NPU kind {kind!r}")
+    ``sizes`` and ``dim_order``, the plain copy first: a runtime that copies bytes as they
+    lie has one, the tensor's memory order; one that ``transposes`` flagged tensors
+    (Neutron's) has one per flag it accepts."""
+    if not transposes:
+        return [(tuple(dim_order), NeutronFormat.FORMATLESS)]
     found = []
     for flag in NeutronFormat:
         try:
@@ -125,13 +122,14 @@ def boundary_layouts(kind: NpuKind, sizes, dim_order) -> list[tuple[Perm, int]]:
     return found
 
 
-def choose_layout(kind: NpuKind, sizes, dim_order, preferred: Perm, what: str) -> Perm:
-    """The boundary layout for a partition input or output: the one the graph prefers when
-    the runtime can deliver it, else the runtime's plain copy (the graph then transposes)."""
-    options = boundary_layouts(kind, sizes, dim_order)
+def choose_layout(npu, sizes, dim_order, preferred: Perm, what: str) -> Perm:
+    """The boundary layout for a partition input or output on ``npu`` (an ``NpuSpec``): the
+    one the graph prefers when the runtime can deliver it, else the runtime's plain copy (the
+    graph then transposes)."""
+    options = boundary_layouts(npu.runtime_transposes_io, sizes, dim_order)
     if not options:
         raise InvalidProgramError(
-            f"{what}: the {kind} runtime accepts no layout for a tensor of sizes "
+            f"{what}: the {npu.kind} runtime accepts no layout for a tensor of sizes "
             f"{tuple(sizes)} with dim order {tuple(dim_order)}; make the model input "
             "contiguous (or channels last with more than one channel)")
     for perm, _ in options:
@@ -142,7 +140,7 @@ def choose_layout(kind: NpuKind, sizes, dim_order, preferred: Perm, what: str) -
 
 def neutron_flag(sizes, dim_order, perm: Perm, what: str) -> NeutronFormat:
     """The format flag under which the Neutron runtime hands the NPU layout ``perm``."""
-    for layout_, flag in boundary_layouts(NpuKind.NEUTRON, sizes, dim_order):
+    for layout_, flag in boundary_layouts(True, sizes, dim_order):
         if same_memory_order(sizes, layout_, perm):
             return flag
     raise InvalidProgramError(f"{what}: no Neutron format flag delivers layout {tuple(perm)} "
@@ -155,13 +153,6 @@ def to_npu(memory: np.ndarray, sizes, src: Perm, dst: Perm) -> np.ndarray:
     return np.ascontiguousarray(physical.transpose([src.index(d) for d in dst])).reshape(-1)
 
 
-# EthosUBackend.cpp copies Int (4 bytes), Char / Byte / Bool (1) and Short (2) tensors into
-# an NPU input whose element size matches; any other type, float included, is InvalidProgram.
-# Keyed by the dtype's name: a torch dtype or a ``device.pte_file.ScalarType`` (no torch).
-ETHOS_U_ELEMENT_SIZES = {"torch.int32": 4, "torch.int8": 1, "torch.uint8": 1, "torch.int16": 2,
-                         "torch.bool": 1}
-
-
 class NpuTensor(NamedTuple):
     """One NPU input or output as the device runtime sees it: element count and size."""
 
@@ -169,61 +160,25 @@ class NpuTensor(NamedTuple):
     elem_size: int
 
 
-def ethos_u_input_problem(i: int, dtype, numel: int,
-                          npu: NpuTensor) -> str | None:
-    """Why ``EthosUBackend.cpp`` refuses a ``dtype`` tensor of ``numel`` elements as NPU
-    input ``i`` (None: it copies it)."""
-    if ETHOS_U_ELEMENT_SIZES.get(str(dtype)) != npu.elem_size:
-        return (f"Ethos-U input {i} is {dtype} for a {npu.elem_size}-byte NPU input: the "
-                "runtime copies only int32 (4 bytes), int8/uint8/bool (1 byte) and int16 "
-                "(2 bytes) tensors whose size matches, and refuses this program")
-    if numel != npu.count:
-        return (f"Ethos-U input {i}: the program passes {numel} elements, the NPU expects "
-                f"{npu.count} (Input tensor sizes do not match)")
-    return None
+def graph_tensors(graph) -> dict[str, list[tuple[int, int]]]:
+    """(element count, element size) of a partition graph's (``TFLiteModel``'s) inputs and
+    outputs, as a runtime that hands them over unchanged sees them."""
+    return {kind: [(math.prod(spec.shape), np.dtype(spec.dtype).itemsize) for spec in specs]
+            for kind, specs in (("inputs", graph.inputs), ("outputs", graph.outputs))}
 
 
-def ethos_u_output_problem(i: int, nbytes: int, npu: NpuTensor) -> str | None:
-    """Why an Ethos-U output tensor of ``nbytes`` cannot take NPU output ``i`` as it is."""
-    if nbytes != npu.count * npu.elem_size:
-        return (f"Ethos-U output {i}: the program's tensor is {nbytes} bytes, the NPU writes "
-                f"{npu.count * npu.elem_size}; the runtime would re-chunk the data "
-                "(copy_with_layout_adjustment), which this program does not call for")
-    return None
-
-
-def neutron_problem(kind: str, i: int, dtype, numel: int,
-                    npu: NpuTensor) -> str | None:
-    """Why a ``dtype`` tensor of ``numel`` elements cannot be Neutron ``kind`` ``i``:
-    ``NeutronBackend.cpp`` hands the NPU the tensor's bytes (or transposes them element by
-    element), so the element size and count must be the NPU tensor's."""
-    size = dtype.itemsize
-    if (size, numel) != (npu.elem_size, npu.count):
-        return (f"Neutron {kind} {i} is {numel} x {dtype} ({size} bytes each) for an NPU "
-                f"tensor of {npu.count} x {npu.elem_size}-byte elements: the runtime "
-                "converts nothing, the NPU would read other bytes")
-    return None
-
-
-def io_problems(kind: NpuKind, inputs, outputs, npu_inputs: "list[NpuTensor]",
+def io_problems(family, inputs, outputs, npu_inputs: "list[NpuTensor]",
                 npu_outputs: "list[NpuTensor]") -> list[str]:
-    """Where ``kind``'s device runtime refuses (or misreads) a delegate call passing
-    ``inputs`` and ``outputs`` (each a (dtype, sizes) pair) to NPU tensors ``npu_inputs``
-    and ``npu_outputs``: element types and sizes, as ``EthosUBackend.cpp`` and
-    ``NeutronBackend.cpp`` handle them."""
+    """Where ``family``'s device runtime (an ``npu.family.NpuFamily``) refuses or misreads a
+    delegate call passing ``inputs`` and ``outputs`` (each a (dtype, sizes) pair) to NPU
+    tensors ``npu_inputs`` and ``npu_outputs``: element types and sizes, by the family's
+    ``input_problem`` and ``output_problem``."""
     if (len(inputs), len(outputs)) != (len(npu_inputs), len(npu_outputs)):
         return [f"the NPU takes {len(npu_inputs)} inputs and {len(npu_outputs)} outputs, the "
                 f"call passes {len(inputs)} and {len(outputs)}"]
     found = []
-    for i, ((dtype, sizes), npu) in enumerate(zip(inputs, npu_inputs)):
-        numel = math.prod(int(d) for d in sizes)
-        found.append(ethos_u_input_problem(i, dtype, numel, npu) if kind is NpuKind.ETHOS_U
-                     else neutron_problem("input", i, dtype, numel, npu))
-    for i, ((dtype, sizes), npu) in enumerate(zip(outputs, npu_outputs)):
-        numel = math.prod(int(d) for d in sizes)
-        if kind is NpuKind.ETHOS_U:
-            nbytes = numel * dtype.itemsize
-            found.append(ethos_u_output_problem(i, nbytes, npu))
-        else:
-            found.append(neutron_problem("output", i, dtype, numel, npu))
+    for rule, tensors, npu_tensors in ((family.input_problem, inputs, npu_inputs),
+                                       (family.output_problem, outputs, npu_outputs)):
+        for i, ((dtype, sizes), npu) in enumerate(zip(tensors, npu_tensors)):
+            found.append(rule(i, dtype, math.prod(int(d) for d in sizes), npu))
     return [p for p in found if p is not None]

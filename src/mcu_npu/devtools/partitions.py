@@ -18,9 +18,6 @@ from ..device.payload import find_host_graph, is_container, unpack_reference
 from ..errors import HostDataMissingError, InvalidProgramError
 from ..firmware.files import write_atomic
 
-ETHOS_U = "EthosUBackend"
-
-
 def partition_graphs(program) -> list[tuple[int, str, bytes]]:
     """(partition index, backend id, TFLite graph) of each NPU delegate call of ``program``
     (``runtime.pte.Program``), in execution order."""
@@ -43,27 +40,26 @@ def partition_graphs(program) -> list[tuple[int, str, bytes]]:
 
 
 def export(program, report, directory: str | os.PathLike) -> list[Path]:
-    """Write each NPU partition's TFLite graph (and, for Ethos-U, Vela's optimised graph)
-    into ``directory`` (made if missing); returns the paths written."""
+    """Write each NPU partition's TFLite graph (and the graphs its NPU family adds, Vela's
+    optimised one for Ethos-U: ``NpuFamily.debug_graphs``) into ``directory`` (made if
+    missing); returns the paths written."""
+    from ..npu.families import family_of_backend
+
     files = {}
     for index, backend, graph in partition_graphs(program):  # all made before any is written
         files[f"partition_{index}.tflite"] = graph
-        if backend == ETHOS_U:
-            files[f"partition_{index}_vela.tflite"] = vela_graph(graph, report)
+        family = family_of_backend(backend)
+        if family is not None and family.debug_graphs is not None:
+            for suffix, data in family.debug_graphs(graph, _target(report)).items():
+                files[f"partition_{index}_{suffix}.tflite"] = data
     return [write_atomic(Path(directory) / name, data) for name, data in files.items()]
 
 
-def vela_graph(graph: bytes, report) -> bytes:
-    """Vela's optimised TFLite graph of ``graph``, compiled for the report's target and
-    memory placement (Vela's ``--output-format tflite``)."""
-    from ..npu.ethos_u.vela_run import VelaOptions, architecture, build_call, run_vela
+def _target(report):
+    """The program's target, placed in memory as it was compiled (from its report)."""
     from ..targets import get_target
 
     if report is None:
         raise HostDataMissingError("Vela's graph is compiled for the program's target, which "
                                    "its report names: keep the .ptd beside the .pte")
-    target = get_target(report.target).placed((report.placement or {}).get("memory", ""))
-    options = VelaOptions()
-    call = build_call(architecture(target.npu.vela, options), options, output_format="tflite")
-    compiled, _ = run_vela(call, graph)
-    return bytes(compiled.model)
+    return get_target(report.target).placed((report.placement or {}).get("memory", ""))

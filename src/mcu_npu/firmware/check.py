@@ -3,8 +3,9 @@
 Three questions, one line per problem found:
 
 - does every delegate belong to the target's NPU runtime (its backend id) and is its payload
-  one that runtime reads, with the tensors the ``.pte`` hands it (``NeutronBackend.cpp``'s
-  init and copy rules, ``EthosUBackend.cpp``'s bin stream and I/O checks);
+  one that runtime reads, with the tensors the ``.pte`` hands it (the NPU family's payload
+  checks and I/O rules, ``npu.family.NpuFamily``: ``NeutronBackend.cpp``'s init and copy
+  rules, ``EthosUBackend.cpp``'s bin stream and I/O checks);
 - does a kernel library of the target provide every operator the program calls;
 - does each delegate tensor arrive in the memory order its partition was converted for;
 - does it fit in memory (not checked yet).
@@ -12,8 +13,6 @@ Three questions, one line per problem found:
 
 from __future__ import annotations
 
-import math
-import struct
 from typing import NamedTuple
 
 from ..errors import InvalidProgramError
@@ -54,13 +53,11 @@ def delegate_calls(program):
     ``program``: a ``ProgramFile`` or anything with the ``.pte`` bytes as ``data`` and its
     ``named_data`` (a ``runtime.pte.Program``)."""
     from ..device.delegate_calls import delegate_instructions, input_split
-    from ..npu.ethos_u import payload as ethosu_payload
-    from ..npu.neutron import payload as neutron_payload
+    from ..npu.families import families
 
     if not isinstance(program, ProgramFile):
         program = read_program(program.data, program.named_data)
-    input_counts = {"NeutronBackend": neutron_payload.input_count,
-                    "EthosUBackend": ethosu_payload.input_count}  # as the device runtimes
+    input_counts = {f.backend_id: f.input_count for f in families()}  # as the device runtimes
     calls = []
     for plan in program.plans:
         for _, _, call, delegate, n_outputs in delegate_instructions(plan):
@@ -88,97 +85,16 @@ def _dtype(code: int):
         raise InvalidProgramError(str(exc)) from None
 
 
-def neutron_problems(data: bytes, inputs, outputs) -> list[str]:
-    """Where the Neutron runtime would refuse this payload, or these delegate tensors."""
-    from ..device.delegate_io import neutron_layout
-    from ..npu.neutron import payload as nxp
-
-    try:
-        payload = nxp.parse(data)
-    except InvalidProgramError as exc:
-        return [str(exc)]
-    problems = []
-    if payload.num_input_args != len(inputs):
-        problems.append(f"the payload takes {payload.num_input_args} input arguments, the "
-                        f"delegate call passes {len(inputs)}")
-    for kind, tensors, formats, order in (("input", inputs, payload.input_formats,
-                                           payload.input_map),
-                                          ("output", outputs, payload.output_formats,
-                                           payload.output_map)):
-        for n, (flag, k) in enumerate(zip(formats, order)):
-            if k >= len(tensors):
-                problems.append(f"Neutron {kind} {n} maps to argument {k}, the call has "
-                                f"{len(tensors)} {kind}s")
-                continue
-            sizes, dim_order, _ = tensors[k]
-            try:
-                neutron_layout(sizes, dim_order, flag, f"Neutron {kind} {n}")
-            except InvalidProgramError as exc:
-                problems.append(str(exc))
-    return problems
-
-
-def ethos_u_config(cmd_data: bytes) -> tuple[int, int] | None:
-    """(architecture major revision, MACs per cycle) of the NPU a Vela command stream was
-    compiled for, from its driver-actions header (``COP1``, Config tag, config word, id
-    word), which the Ethos-U driver checks against the hardware; None when absent."""
-    if len(cmd_data) < 16 or cmd_data[:4] not in (b"COP1", b"COP2"):
-        return None
-    config, ident = struct.unpack_from("<II", cmd_data, 8)
-    return ident >> 28, 1 << (config & 0xF)
-
-
-def _ethos_u_arch(target) -> int:
-    """Architecture major revision of the target's Ethos-U: 2 for the U85, 1 before it."""
-    accelerator = target.npu.vela.accelerator if target.npu.vela else ""
-    return 2 if accelerator.startswith("ethos-u85") else 1
-
-
-def ethos_u_problems(data: bytes, inputs, outputs, target=None) -> list[str]:
-    """Where the Ethos-U runtime (or its driver, for ``target``'s NPU) would refuse this
-    payload, or these delegate tensors."""
-    from ..device.delegate_io import NpuTensor, io_problems
-    from ..npu.ethos_u import payload as ethosu_payload
-    from ..targets import NpuKind
-
-    try:
-        stream = ethosu_payload.parse(data)
-    except InvalidProgramError as exc:
-        return [f"not a Vela bin stream: {exc}"]
-    problems = []
-    config = ethos_u_config(stream.cmd_data)
-    if target is not None and config is not None:
-        arch, macs = config
-        want = (_ethos_u_arch(target), target.npu.macs_per_cycle)
-        if (arch, macs) != want:
-            problems.append(f"compiled for an Ethos-U of architecture {arch}.x with {macs} "
-                            f"MACs per cycle; target {target.name} has {target.npu.name} "
-                            f"(architecture {want[0]}.x, {want[1]} MACs per cycle)")
-
-    def described(tensors):
-        return [(_dtype(scalar_type), sizes) for sizes, _, scalar_type in tensors]
-
-    def npu(ios):
-        return [NpuTensor(math.prod(io.shape), io.elem_size) for io in ios]
-
-    problems += io_problems(NpuKind.ETHOS_U, described(inputs), described(outputs),
-                            npu(stream.inputs), npu(stream.outputs))
-    return problems
-
-
 def payload_problems(target, data: bytes, inputs, outputs) -> list[str]:
+    """Where the target's device runtime (or driver) would refuse a delegate's payload
+    itself (``NpuFamily.payload_problems``)."""
     from ..device.payload import is_container
-    from ..targets import NpuKind
+    from ..npu.families import family
 
-    kind = target.npu.kind
     if is_container(data):
         return [f"a host-only payload (the reference compiler's mcu-npu container), not a "
-                f"{kind} NPU payload: the device runtime refuses it"]
-    if kind is NpuKind.NEUTRON:
-        return neutron_problems(data, inputs, outputs)
-    if kind is NpuKind.ETHOS_U:
-        return ethos_u_problems(data, inputs, outputs, target)
-    return [f"no payload checks for a {kind} NPU"]
+                f"{target.npu.kind} NPU payload: the device runtime refuses it"]
+    return family(target.npu.kind).payload_problems(data, inputs, outputs, target)
 
 
 def layout_problems(program) -> list[str]:
@@ -207,33 +123,33 @@ def layout_problems(program) -> list[str]:
     return found
 
 
-def io_problems_of(program, backends=("EthosUBackend", "NeutronBackend")) -> list[str]:
-    """Each delegate call of the ``.pte`` (to one of ``backends``) whose tensors the device
-    runtime would refuse or misread (element type, size and count;
-    ``device.delegate_io.io_problems``), against the NPU tensors its payload declares: an
-    Ethos-U payload's Vela records, else the partition graph (kept beside a vendor payload).
-    Calls whose graph is not at hand are skipped."""
-    from ..backend.boundary import npu_tensors
+def io_problems_of(program) -> list[str]:
+    """Each delegate call of the ``.pte`` (to a known NPU family's runtime) whose tensors the
+    device runtime would refuse or misread (element type, size and count;
+    ``device.delegate_io.io_problems``), against the NPU tensors its payload declares
+    (``NpuFamily.npu_tensors``: an Ethos-U payload's Vela records, else the partition graph
+    kept beside a vendor payload). Calls whose tensors are not at hand are skipped."""
     from ..device.delegate_io import NpuTensor, io_problems
     from ..device.payload import find_host_graph, is_container, unpack_reference
-    from ..targets import NpuKind
+    from ..npu.families import family_of_backend
 
-    kinds = {"EthosUBackend": NpuKind.ETHOS_U, "NeutronBackend": NpuKind.NEUTRON}
     found = []
     for index, backend, data, inputs, outputs in delegate_calls(program):
-        kind = kinds.get(backend) if backend in backends else None
-        graph = data if is_container(data) else find_host_graph(program.named_data, data)
-        if kind is None or (graph is None and kind is not NpuKind.ETHOS_U):
+        family = family_of_backend(backend)
+        if family is None:
             continue
+        graph = data if is_container(data) else find_host_graph(program.named_data, data)
         try:
             model = unpack_reference(bytes(graph))[0] if graph is not None else None
-            npu = npu_tensors(data, model, kind)
+            npu = family.npu_tensors(data, model)
         except InvalidProgramError as exc:
             found.append(f"delegate {index} ({backend}): {exc}")
             continue
+        if npu is None:  # the family reads the graph, which is not at hand
+            continue
         tensors = [[(_dtype(t), sizes) for sizes, _, t in part] for part in (inputs, outputs)]
         found += [f"delegate {index} ({backend}): {p}" for p in io_problems(
-            kind, *tensors, [NpuTensor(*t) for t in npu["inputs"]],
+            family, *tensors, [NpuTensor(*t) for t in npu["inputs"]],
             [NpuTensor(*t) for t in npu["outputs"]])]
     return found
 
@@ -244,6 +160,7 @@ def check_program(source, target_name: str, companion_file=None) -> list[str]:
     the one beside a path when there is one) adds the partitions' graphs (layouts) and the
     report's placements."""
     from ..device.pte_file import read_bytes
+    from ..npu.families import family
     from .kernels_list import kernel_list, problems as kernel_problems
     from ..report import Report
     from ..targets import get_target
@@ -253,7 +170,7 @@ def check_program(source, target_name: str, companion_file=None) -> list[str]:
     data = read_bytes(source)
     pair, _ = companion.resolve(source, data, companion_file)
     program = read_program(data, pair.host_data if pair is not None else None)
-    device_id = target.npu.kind.device_backend
+    device_id = family(target.npu.kind).backend_id
     found = []
     for index, backend, data, inputs, outputs in delegate_calls(program):
         where = f"delegate {index} ({backend})"
@@ -263,7 +180,7 @@ def check_program(source, target_name: str, companion_file=None) -> list[str]:
             continue
         found += [f"{where}: {p}" for p in payload_problems(target, data, inputs, outputs)]
     found += layout_problems(program)
-    found += io_problems_of(program, backends=("NeutronBackend",))  # Ethos-U's: above
+    found += io_problems_of(program)
     report = pair.report if pair is not None else None
     raw = program.named_data.get(companion.REPORT_KEY)  # a program of an earlier mcu-npu
     if report is None and raw is not None:

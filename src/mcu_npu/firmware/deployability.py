@@ -8,28 +8,19 @@ firmware build must match.
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import warnings
 from pathlib import Path
 
 from ..errors import McuNpuError
 from ..graph.delegate_call import is_delegate_call
+from ..npu.family import installed_version
 
 HOST_ONLY_COMPILER = "reference"
 
 
 class NotDeployableError(McuNpuError):
     """The program would not run on the board (host-only payloads, a missing kernel)."""
-
-
-def _dist_version(*names: str) -> str:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "unknown"
 
 
 def pte_schema_identifier() -> str:
@@ -49,39 +40,31 @@ def pte_schema_identifier() -> str:
 
 def compiler_version(name: str) -> str:
     """The installed version of an NPU compiler adapter's tool."""
-    if name == "vela":
-        try:
-            from ethosu.vela import __version__  # noqa: PLC0415
+    from ..npu.families import families
 
-            return str(__version__)
-        except ImportError:
-            return _dist_version("ethos-u-vela")
-    if name == "neutron":
-        return _dist_version("eiq-neutron-sdk", "eiq_neutron_sdk")
     if name == HOST_ONLY_COMPILER:
-        return _dist_version("mcu-npu", "mcu_npu")
-    return "unknown"
+        return installed_version("mcu-npu", "mcu_npu")
+    return next((f.compiler_version() for f in families() if f.compiler == name), "unknown")
 
 
 def runtime_expectations(target, payloads: list[bytes]) -> dict:
     """What the target's device runtime must read: the payload format (and, for Neutron, the
-    payload versions found in ``payloads``), from the NPU family's ``runtime`` module."""
+    payload versions found in ``payloads``), from its NPU family (``NpuFamily.runtime_record``)."""
     from ..device.payload import VERSION, is_container
-    from ..npu.families import family_module
+    from ..npu.families import family
 
     if not payloads:  # no delegate: nothing for an NPU runtime to read
         return {}
     if any(is_container(p) for p in payloads):
         return {"delegate_payload": f"mcu-npu container v{VERSION} (host emulator only; "
                                     "device runtimes refuse it)"}
-    runtime = family_module(target.npu.kind, "runtime")
-    return {} if runtime is None else runtime.runtime_record(payloads)
+    return family(target.npu.kind).runtime_record(payloads)
 
 
 def versions_record(target, compilers: list[str], payloads: list[bytes]) -> dict:
     """The versions a firmware build must match, for the report."""
     return {
-        "executorch": _dist_version("executorch"),
+        "executorch": installed_version("executorch"),
         "pte_schema": pte_schema_identifier(),
         "npu_compilers": {c: compiler_version(c) for c in compilers},
         **runtime_expectations(target, payloads),
@@ -101,23 +84,18 @@ def edge_payloads(edge) -> list[bytes]:
 
 def how_to_deploy(target) -> str:
     """What gives a deployable program for ``target``."""
-    from ..npu.compilers import VENDOR_COMPILERS
+    from ..npu.compilers import vendor_compilers
+    from ..npu.families import families
     from ..targets import get_target, targets
 
     vendor = target.npu.vendor_compiler
-    if vendor == "neutron":
-        from ..npu.neutron.compiler import SDK_INDEX, SDK_PACKAGE
-
-        install = (f"install NXP's eIQ Neutron SDK (pip install --index-url {SDK_INDEX} "
-                   f"{SDK_PACKAGE}) so npu_compiler=\"auto\" uses it")
-    elif vendor == "vela":
-        install = "install Arm Vela (pip install ethos-u-vela) and use npu_compiler=\"auto\""
-    else:
-        install = f"install the {vendor} compiler"
-    others = []
+    hint = next((f.install_hint for f in families() if f.compiler == vendor),
+                f"install the {vendor} compiler")
+    install = f"{hint} so npu_compiler=\"auto\" uses it"
+    others, vendors = [], vendor_compilers()
     for name in targets():
         other = get_target(name)
-        cls = VENDOR_COMPILERS.get(other.npu.vendor_compiler)
+        cls = vendors.get(other.npu.vendor_compiler)
         if name != target.name and cls is not None and cls().available():
             others.append(name)
     alt = f", or pick a target whose NPU compiler is installed ({', '.join(others)})" \

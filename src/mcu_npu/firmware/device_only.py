@@ -15,15 +15,16 @@ def _payload(program, delegate) -> bytes:
     return bytes(program._pte.program.backend_delegate_data[delegate.processed.index].data)
 
 
-def compiler_of(payload: bytes) -> str:
-    """The NPU compiler that wrote ``payload``, told by its layout."""
+def compiler_of(backend_id: str, payload: bytes) -> str:
+    """The NPU compiler that wrote ``payload`` for a delegate of ``backend_id``: the
+    reference compiler's container, else the vendor compiler of the backend's NPU family."""
     from ..device.payload import is_container
+    from ..npu.families import family_of_backend
 
     if is_container(payload):
         return "reference"
-    if payload.startswith(b"vela_bin_stream\0"):  # the first block's name (npu.ethos_u.payload)
-        return "vela"
-    return "neutron"
+    family = family_of_backend(backend_id)
+    return "unknown" if family is None else family.compiler
 
 
 def device_report(program):
@@ -51,7 +52,7 @@ def device_report(program):
     if not targets:
         return None
     payloads = [_payload(program, d) for d in delegates]
-    compilers = [compiler_of(p) for p in payloads]
+    compilers = [compiler_of(d.id, p) for d, p in zip(delegates, payloads)]
     target = targets[0]
     versions = {"pte_schema": program.identifier}
     try:

@@ -101,10 +101,12 @@ def library_of(op: str) -> str:
 
 def target_libraries(target) -> tuple[set[str], set[str]]:
     """(kernel libraries, delegate backend ids) a target's firmware can link."""
+    from ..npu.families import family
+
     libraries = {PORTABLE, QUANTIZED, PRIM}
     if target.cpu is not None and target.cpu.int8_kernels:  # backend.cortex_m.cortex_m_core
         libraries.add(CORTEX_M)
-    return libraries, {target.npu.kind.device_backend}
+    return libraries, {family(target.npu.kind).backend_id}
 
 
 def available(op: str, library: str, libraries: set[str]) -> bool:

@@ -10,7 +10,7 @@ import torch
 
 from ..errors import ConfigError
 from ..io_spec import ProgramIO
-from ..npu import COMPILER_NAMES
+from ..npu.compilers import compiler_names
 from ..partition.plan import PlanOptions
 from ..quantization.calibration import check_method
 from ..targets import MEMORY_CHOICES, Target
@@ -95,9 +95,10 @@ def check_npu_compiler(name, target: Target) -> str:
     """``name`` if it is "auto", "reference" or the vendor compiler of ``target``'s NPU,
     else ConfigError saying which ones fit."""
     fitting = ("auto", "reference", target.npu.vendor_compiler)
-    if name not in COMPILER_NAMES:
+    known = compiler_names()
+    if name not in known:
         raise ConfigError(f"unknown npu_compiler {name!r}; choose one of: "
-                          f"{', '.join(COMPILER_NAMES)}")
+                          f"{', '.join(known)}")
     if name not in fitting:
         raise ConfigError(f"npu_compiler {name!r} does not compile for target {target.name} "
                           f"({target.npu.name}); choose one of: {', '.join(fitting)}")

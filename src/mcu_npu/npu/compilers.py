@@ -5,14 +5,23 @@ from __future__ import annotations
 from ..errors import ConfigError
 from ..targets import Target
 from .base import NpuArtifact, NpuCompiler  # noqa: F401  (re-exported by mcu_npu.npu)
-from .neutron.compiler import NeutronCompiler
+from .families import families
 from .reference import ReferenceCompiler
-from .ethos_u.vela import VelaCompiler
 
-VENDOR_COMPILERS = {"neutron": NeutronCompiler, "vela": VelaCompiler}
-"""The vendor compiler adapters by ``npu_compiler`` name (``NpuSpec.vendor_compiler``)."""
-COMPILER_NAMES = ("auto", "reference", *VENDOR_COMPILERS)
-"""What ``npu_compiler`` takes."""
+
+def vendor_compilers() -> dict[str, type]:
+    """The vendor compiler adapters of the known NPU families, by ``npu_compiler`` name
+    (``NpuSpec.vendor_compiler``)."""
+    return {f.compiler: f.adapter() for f in families()}
+
+
+def compiler_names() -> tuple[str, ...]:
+    """What ``npu_compiler`` takes."""
+    return ("auto", "reference", *(f.compiler for f in families()))
+
+
+COMPILER_NAMES = compiler_names()
+"""What ``npu_compiler`` takes with the built-in NPU families (the CLI's choices)."""
 
 
 def get_compiler(name: str, target: Target) -> NpuCompiler:
@@ -20,14 +29,15 @@ def get_compiler(name: str, target: Target) -> NpuCompiler:
     installed, else the reference compiler."""
     if name == "reference":
         return ReferenceCompiler()
-    if name in VENDOR_COMPILERS:
-        return VENDOR_COMPILERS[name]()
+    vendors = vendor_compilers()
+    if name in vendors:
+        return vendors[name]()
     if name != "auto":
         raise ConfigError(f"unknown npu_compiler {name!r}; choose one of: "
-                          f"{', '.join(COMPILER_NAMES)}")
-    vendor = VENDOR_COMPILERS.get(target.npu.vendor_compiler)
+                          f"{', '.join(compiler_names())}")
+    vendor = vendors.get(target.npu.vendor_compiler)
     if vendor is None:
         raise ConfigError(f"target {target.name!r} names an unknown vendor compiler "
-                          f"{target.npu.vendor_compiler!r}; known: {', '.join(VENDOR_COMPILERS)}")
+                          f"{target.npu.vendor_compiler!r}; known: {', '.join(vendors)}")
     compiler = vendor()
     return compiler if compiler.available() else ReferenceCompiler()

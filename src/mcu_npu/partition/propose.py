@@ -17,7 +17,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..errors import ConfigError, ConversionError, NpuCompilerError, first_line
-from ..npu.ethos_u.vela_support import vela_rejections
+from ..npu.families import families
 from ..targets import Target
 from ..tflite import convert
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
@@ -31,7 +31,6 @@ PASS_THROUGH_OPS = {torch.ops.aten.view_copy.default, torch.ops.aten.squeeze_cop
                     torch.ops.aten.clone.default,
                     torch.ops.dim_order_ops._clone_dim_order.default,
                     torch.ops.dim_order_ops._to_dim_order_copy.default}
-OPERATOR_CHECKS = {"vela": vela_rejections}
 """The vendor compilers' own operator checks, by ``NpuSpec.vendor_compiler``:
 (TFLiteModel, Target) -> node name -> the compiler's reason for refusing it."""
 
@@ -214,7 +213,8 @@ def compiler_check(target: Target):
     """The NPU compiler's own operator check for ``target``, if it has one."""
     if not target.npu.compiler_checks_operators:
         return None
-    check = OPERATOR_CHECKS.get(target.npu.vendor_compiler)
+    check = next((f.operator_check for f in families()
+                  if f.compiler == target.npu.vendor_compiler), None)
     if check is None:
         raise ConfigError(f"{target.name}: the {target.npu.vendor_compiler!r} compiler checks "
                           "operators, but mcu-npu has no way to ask it")

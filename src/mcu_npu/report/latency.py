@@ -241,13 +241,17 @@ def _delegate_rows(node, gm, info, k: int, target, report, core, cpu_hz) -> list
 
 def _runtime_move(target, lowered, what: str, i: int, t):
     """(kind, label) of the CPU work the device runtime does on one delegate input or
-    output, or None: the Ethos-U runtime memcpys each one, the Neutron runtime transposes
+    output, or None: a runtime that copies bytes as they lie (Ethos-U) memcpys each one, one
+    that transposes flagged tensors (Neutron, ``NpuSpec.runtime_transposes_io``) transposes
     the flagged ones (``device.delegate_io.neutron_transposes``) unless already channels last."""
-    if not target.npu.runtime_transposes_io:
-        return "copy", f"{target.npu.kind.device_backend} memcpy"
+    from ..npu.families import family
+
+    runtime = family(target.npu.kind)
+    if not target.npu.runtime_transposes_io or runtime.argument_formats is None:
+        return "copy", f"{runtime.backend_id} memcpy"
     from ..device.delegate_io import is_channels_last, neutron_transposes
 
-    flags = _neutron_flags(bytes(lowered.processed_bytes))
+    flags = runtime.argument_formats(bytes(lowered.processed_bytes))
     if flags is None:
         return None
     flag_list = flags[0] if what == "input" else flags[1]
@@ -255,27 +259,7 @@ def _runtime_move(target, lowered, what: str, i: int, t):
         return None
     if is_channels_last(tuple(t.dim_order())):
         return None
-    return "transpose", f"{target.npu.kind.device_backend} NCHW<->NHWC transpose"
-
-
-def _neutron_flags(processed: bytes):
-    """(input flags, output flags) in delegate argument order, from a Neutron or reference
-    payload; None when the payload records none."""
-    from ..device.payload import is_container, unpack_reference
-
-    if is_container(processed):
-        formats = unpack_reference(processed)[1].get("neutron_formats")
-        return None if formats is None else (list(formats["inputs"]), list(formats["outputs"]))
-    from ..npu.neutron import payload as nxp
-
-    fields = nxp.parse(processed)
-    ins = [0] * fields.num_input_args
-    for flag, arg in zip(fields.input_formats, fields.input_map):
-        ins[arg] = flag
-    outs = [0] * (max(fields.output_map, default=-1) + 1)
-    for flag, arg in zip(fields.output_formats, fields.output_map):
-        outs[arg] = flag
-    return ins, outs
+    return "transpose", f"{runtime.backend_id} NCHW<->NHWC transpose"
 
 
 def _partition_macs(report, k: int) -> int:

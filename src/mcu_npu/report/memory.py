@@ -195,33 +195,18 @@ def _host_graph_tensors(blob: bytes) -> tuple[int, int]:
 
 
 def payload_figures(delegate_id: str, blob: bytes) -> dict:
-    """Flash parts and per-call scratch of one NPU payload, read as its runtime reads it."""
+    """Flash parts and per-call scratch of one NPU payload, read as its runtime reads it
+    (``NpuFamily.memory_figures``)."""
     from ..device.payload import is_container
+    from ..npu.families import family_of_backend
 
     if is_container(blob):
         weights, scratch = _host_graph_tensors(blob)
         return {"weights": weights, "commands": 0, "scratch": scratch, "estimated": True,
                 "in_place": True, "formats": None}
-    if delegate_id == "EthosUBackend":
-        from ..npu.ethos_u import payload as ethosu_payload
-
-        stream = ethosu_payload.parse(blob)
-        return {"weights": len(stream.weight_data), "commands": len(stream.cmd_data),
-                "scratch": _align(stream.scratch_size, 16), "estimated": False,
-                "in_place": True, "formats": None}
-    if delegate_id == "NeutronBackend":
-        from ..npu.neutron import payload as nxp
-
-        fields = nxp.parse(blob)
-        info = nxp.microcode_info(fields.microcode, fields.version)
-        runs = (info.scratch_size, info.profile_size, info.debug_size, info.sram_scratch_size)
-        pointers = _align(POINTER * info.num_inputs) + _align(POINTER * (info.num_outputs + 3))
-        return {"weights": len(fields.weights),
-                "commands": len(fields.microcode) + len(fields.kernels),
-                "scratch": pointers + sum(_align(n, 16) for n in runs), "estimated": False,
-                "in_place": info.sram_scratch_size == 0,
-                "formats": (fields.input_formats, fields.input_map, fields.output_formats,
-                            fields.output_map, fields.num_input_args)}
+    family = family_of_backend(delegate_id)
+    if family is not None:
+        return family.memory_figures(blob)
     # another backend's payload: its size counts, its scratch is unknown
     return {"weights": 0, "commands": 0, "scratch": 0, "estimated": True, "in_place": False,
             "formats": None}

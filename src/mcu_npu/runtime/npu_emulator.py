@@ -10,6 +10,8 @@ runtime hands it computes wrong numbers here, as it would on the board.
   element type must match the record's element size (int8/uint8/bool 1, int16 2, int32 4;
   anything else, float included, is refused), the bytes are copied in the tensor's memory
   order, the element counts must match; outputs are copied back when the byte counts match.
+  It is ``run_copying`` with the Ethos-U family's rules; another family whose runtime copies
+  tensors as they lie registers ``run_copying`` with its own (``runtime.register_emulator``).
 - ``run_neutron`` follows ``NeutronBackend.cpp``: inputs and outputs go through the payload's
   argument maps, and are transposed on the CPU only where the format flag says so.
 
@@ -33,14 +35,11 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..device.delegate_io import (NpuTensor, ethos_u_input_problem,
-                                  ethos_u_output_problem, neutron_layout,
-                                  neutron_problem, to_npu)
+from ..device.delegate_io import NpuTensor, neutron_layout, to_npu
 from ..errors import HostDataMissingError, InvalidProgramError
+from ..npu import ethos_u, neutron
 from ..npu.ethos_u import payload as bin_stream
-from ..npu.ethos_u.payload import input_count as ethos_u_input_count  # noqa: F401
 from ..npu.neutron.payload import neutron_io
-from ..npu.neutron.payload import input_count as neutron_input_count  # noqa: F401
 from ..device.payload import find_host_graph, is_container, unpack_reference
 from .delegates import DeviceTensor
 from .litert import TensorValue, interpreter, op_outputs
@@ -179,28 +178,38 @@ def ethos_u_layout(processed: bytes, model,
     return stream.scratch_size, records(stream.inputs), records(stream.outputs)
 
 
-def run_ethos_u(processed: bytes, compile_specs, named_data, inputs: list[DeviceTensor],
-                outputs: list[DeviceTensor]) -> None:
-    """One Ethos-U delegate call: memcpy in, NPU (LiteRT), memcpy out."""
+def run_copying(family, processed: bytes, compile_specs, named_data,
+                inputs: list[DeviceTensor], outputs: list[DeviceTensor]) -> None:
+    """One delegate call of a runtime that copies each tensor as it lies
+    (``EthosUBackend.cpp``): memcpy in, NPU (LiteRT), memcpy out, each tensor checked by
+    ``family``'s rules (``NpuFamily.input_problem``, ``output_problem``) against the NPU
+    tensors its payload declares (``NpuFamily.npu_tensors``)."""
     processed = bytes(processed)
     model, _, interp = npu_graph(processed, named_data)
-    _, in_records, out_records = ethos_u_layout(processed, model, interp)
-    _check_arity("Ethos-U", inputs, outputs, len(in_records), len(out_records))
+    npu = family.npu_tensors(processed, model)
+    in_records, out_records = ([NpuTensor(*t) for t in npu[k]] for k in ("inputs", "outputs"))
+    _check_arity(family.backend_id, inputs, outputs, len(in_records), len(out_records))
     if (len(model.inputs), len(model.outputs)) != (len(in_records), len(out_records)):
-        raise InvalidProgramError("the Ethos-U payload's inputs and outputs differ from its "
-                                  "partition graph's")
+        raise InvalidProgramError(f"the {family.backend_id} payload's inputs and outputs "
+                                  "differ from its partition graph's")
     for i, (arg, record, spec) in enumerate(zip(inputs, in_records, model.inputs)):
-        problem = ethos_u_input_problem(i, arg.tensor.dtype, arg.tensor.numel(), record)
+        problem = family.input_problem(i, arg.tensor.dtype, arg.tensor.numel(), record)
         if problem is not None:
             raise InvalidProgramError(problem)
-        _feed(interp, spec.index, arg.memory(), f"Ethos-U input {i}")
+        _feed(interp, spec.index, arg.memory(), f"{family.backend_id} input {i}")
     interp.invoke()
     _record(model, interp)
     for i, (arg, record, spec) in enumerate(zip(outputs, out_records, model.outputs)):
-        problem = ethos_u_output_problem(i, arg.nbytes, record)
+        problem = family.output_problem(i, arg.tensor.dtype, arg.tensor.numel(), record)
         if problem is not None:
             raise InvalidProgramError(problem)
         arg.write_memory(_result(interp, spec.index))
+
+
+def run_ethos_u(processed: bytes, compile_specs, named_data, inputs: list[DeviceTensor],
+                outputs: list[DeviceTensor]) -> None:
+    """One Ethos-U delegate call (``run_copying`` by the Ethos-U rules)."""
+    run_copying(ethos_u.FAMILY, processed, compile_specs, named_data, inputs, outputs)
 
 
 def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[DeviceTensor],
@@ -214,8 +223,8 @@ def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[Device
                                   f"arguments, the program passes {len(inputs)}")
     for i, (flag, arg_index) in enumerate(zip(io.input_formats, io.input_map)):
         arg = inputs[arg_index]
-        problem = neutron_problem("input", i, arg.tensor.dtype, arg.tensor.numel(),
-                                  npu_tensor(interp, model.inputs[arg_index].index))
+        problem = neutron.FAMILY.input_problem(i, arg.tensor.dtype, arg.tensor.numel(),
+                                               npu_tensor(interp, model.inputs[arg_index].index))
         if problem is not None:
             raise InvalidProgramError(problem)
         order = neutron_layout(arg.sizes, arg.dim_order, flag, f"Neutron input {i}")
@@ -228,8 +237,9 @@ def run_neutron(processed: bytes, compile_specs, named_data, inputs: list[Device
             raise InvalidProgramError(f"Neutron output {i} maps to argument "
                                       f"{io.num_input_args + out_index}, past the call's")
         arg = outputs[out_index]
-        problem = neutron_problem("output", i, arg.tensor.dtype, arg.tensor.numel(),
-                                  npu_tensor(interp, model.outputs[out_index].index))
+        problem = neutron.FAMILY.output_problem(
+            i, arg.tensor.dtype, arg.tensor.numel(),
+            npu_tensor(interp, model.outputs[out_index].index))
         if problem is not None:
             raise InvalidProgramError(problem)
         order = neutron_layout(arg.sizes, arg.dim_order, flag, f"Neutron output {i}")

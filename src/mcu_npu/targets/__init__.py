@@ -27,6 +27,18 @@ def targets() -> list[str]:
     return sorted(_PRESETS)
 
 
+def register_target(target: Target) -> Target:
+    """Add ``target`` to the presets, so a compile (and its delegates' compile specs) can name
+    it; for a board the presets lack, or an NPU family added with
+    ``npu.families.register``. A preset of that name must be the same target."""
+    known = _PRESETS.get(target.name.lower())
+    if known is not None and known != target:
+        raise ConfigError(f"target {target.name!r} is already a different preset; give yours "
+                          "another name")
+    _PRESETS[target.name.lower()] = target
+    return target
+
+
 def get_target(target: str | Target) -> Target:
     """The preset called ``target`` (a Target passes through); ConfigError lists valid names."""
     if isinstance(target, Target):
@@ -42,4 +54,5 @@ def get_target(target: str | Target) -> Target:
 __all__ = ["CORSTONE_300_MEMORY", "CORSTONE_320_MEMORY", "IMXRT700_MEMORY", "MEMORY_CHOICES",
            "MEMORY_KINDS", "MEMORY_ROLES", "NEUTRON_N1_16", "NEUTRON_N3_64", "PLACEMENTS",
            "CpuSpec", "MemoryRegion", "NeutronLimits", "NpuKind", "NpuSpec", "Target",
-           "VelaConfig", "ethos_u", "get_target", "targets", "vela_ini", "vela_memory"]
+           "VelaConfig", "ethos_u", "get_target", "register_target", "targets", "vela_ini",
+           "vela_memory"]

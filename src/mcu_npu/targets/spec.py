@@ -25,11 +25,15 @@ class NpuKind(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def device_backend(self) -> str:
-        """The id the device runtime registers its backend under: what a ``.pte`` names
-        as its delegates' backend (``backend.delegate``'s ``device_id``)."""
-        return {"neutron": "NeutronBackend", "ethos-u": "EthosUBackend"}[self.value]
+
+_REGISTERED_KINDS: set[str] = set()
+"""Kinds of NPU families registered beside the built-in ones (``npu.families.register``)."""
+
+
+def accept_npu_kind(name: str) -> None:
+    """Let ``NpuSpec.kind`` name a registered NPU family that is not an ``NpuKind``."""
+    if name not in {k.value for k in NpuKind}:
+        _REGISTERED_KINDS.add(name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,8 +102,9 @@ class NpuSpec:
     """An NPU: its family, what compiles for it, its configuration and the numbers estimates
     need."""
 
-    kind: NpuKind
-    """NPU family (its value, "neutron" or "ethos-u", is accepted too)."""
+    kind: NpuKind | str
+    """NPU family (its value, "neutron" or "ethos-u", is accepted too; a family registered
+    with ``npu.families.register`` is named by its kind string)."""
     name: str
     macs_per_cycle: int
     clock_hz: int
@@ -167,11 +172,14 @@ class NpuSpec:
     tables): the two can differ by a few 1/32768 steps, and the report says so."""
 
     def __post_init__(self):
+        if self.kind in _REGISTERED_KINDS:
+            return
         try:
             object.__setattr__(self, "kind", NpuKind(self.kind))
         except ValueError:
+            known = [k.value for k in NpuKind] + sorted(_REGISTERED_KINDS)
             raise ConfigError(f"unknown NPU kind {self.kind!r}; expected one of: "
-                              f"{', '.join(k.value for k in NpuKind)}") from None
+                              f"{', '.join(known)}") from None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -125,7 +125,7 @@ def _boundary_layout(ctx: Context, node: Node, shape, preferred, *,
         return preferred
     dim_order = dim_order_of(node)
     try:
-        perm = choose_layout(ctx.target.npu.kind, shape, dim_order, preferred, node.name)
+        perm = choose_layout(ctx.target.npu, shape, dim_order, preferred, node.name)
     except InvalidProgramError as exc:
         raise ConversionError(str(exc)) from None
     plain = layout.identity(len(shape))

@@ -20,12 +20,10 @@ from ...device.payload import pack_reference
 from ...targets import NpuKind, Target
 from ...device.tflite_model import IOSpec, TFLiteModel
 from ...tflite.builder import BUILTIN_NAMES
+from .sdk import SDK_INDEX, SDK_MODULE, SDK_PACKAGE
 from . import payload as nxp
 from ..base import NpuArtifact
 
-SDK_MODULE = "eiq_neutron_sdk"
-SDK_PACKAGE = "eiq-neutron-sdk"
-SDK_INDEX = "https://eiq.nxp.com/repository"
 TOOL = "eIQ Neutron converter"
 MISSING_SDK = (
     f"the eIQ Neutron converter is not installed: package {SDK_PACKAGE!r} (module "

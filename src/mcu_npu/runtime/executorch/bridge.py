@@ -28,12 +28,15 @@ import numpy as np
 import torch
 
 from ...errors import InvalidProgramError, McuNpuError
+from ...npu import ethos_u, neutron
 from .. import npu_emulator
 from ..kernels import Frame, dtype_of, resolve
 from . import build
 
 ETHOS_U, NEUTRON = 0, 1
-BACKENDS = {"EthosUBackend": ETHOS_U, "NeutronBackend": NEUTRON}
+"""The glue's two device backends (``glue.cpp``), as its callbacks number them."""
+BACKENDS = {ethos_u.FAMILY.backend_id: ETHOS_U, neutron.FAMILY.backend_id: NEUTRON}
+"""The NPU families' backend ids the glue registers in ExecuTorch's runtime, by number."""
 _MAX_DIMS = 16
 _TAG_NONE, _TAG_TENSOR, _TAG_DOUBLE, _TAG_INT, _TAG_BOOL = 0, 1, 3, 4, 5
 _TAG_LIST_BOOL, _TAG_LIST_DOUBLE, _TAG_LIST_INT, _TAG_LIST_TENSOR = 6, 7, 8, 9
@@ -90,7 +93,7 @@ def payload_data(named_data: dict[str, bytes]):
 def describe(backend_id: str, processed: bytes, named_data: dict[str, bytes]):
     """(the glue's flat I/O description, NpuCall) of one delegate payload."""
     model, meta, interp = npu_emulator.npu_graph(processed, named_data)
-    if backend_id == "EthosUBackend":
+    if BACKENDS[backend_id] == ETHOS_U:
         scratch, ins, outs = npu_emulator.ethos_u_layout(processed, model, interp)
         if (len(model.inputs), len(model.outputs)) != (len(ins), len(outs)):
             raise InvalidProgramError("the Ethos-U payload's inputs and outputs differ from its "
@@ -209,7 +212,7 @@ def _guarded(fn, failed):
 
 
 def _describe_cb(kind: int, data: int, size: int, desc, capacity: int) -> int:
-    backend_id = "EthosUBackend" if kind == ETHOS_U else "NeutronBackend"
+    backend_id = next(name for name, number in BACKENDS.items() if number == kind)
     processed = ctypes.string_at(data, size)
     flat, call = describe(backend_id, processed, _named_data[-1])
     if len(flat) > capacity:
