@@ -25,7 +25,7 @@ from torch import nn
 
 import mcu_npu
 import mcu_npu.flow.edge  # noqa: F401  (registers the quantized ops)
-import mcu_npu.upstream.export_in_place as eip
+import mcu_npu.flow.export_in_place as eip
 from mcu_npu.graph import fake_values
 from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -13,7 +13,7 @@ from executorch.exir import to_edge
 from torch import nn
 from torch.export import ExportedProgram
 
-from mcu_npu.upstream.edge_dialect import needs_retrace, to_edge_in_place
+from mcu_npu.flow.edge_dialect import needs_retrace, to_edge_in_place
 from mcu_npu.flow.edge import core_aten_program, edge_compile_config
 from mcu_npu.flow.export import export_module
 from mcu_npu.quantization import NpuQuantizer, quantize

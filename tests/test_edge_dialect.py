@@ -10,7 +10,7 @@ import torch
 from executorch.exir import to_edge
 from torch import nn
 
-from mcu_npu.upstream.edge_dialect import needs_retrace, to_edge_in_place
+from mcu_npu.flow.edge_dialect import needs_retrace, to_edge_in_place
 from mcu_npu.flow.edge import core_aten_program, edge_compile_config, to_edge_program
 from mcu_npu.flow.export import export_module
 from mcu_npu.flow.rewrite import default_aten_passes

@@ -13,7 +13,7 @@ from mcu_npu.graph.ids import tag_nodes
 from mcu_npu.quantization import NpuQuantizer, quantize
 from mcu_npu.targets import get_target
 
-from mcu_npu.upstream.export_in_place import export_in_place
+from mcu_npu.flow.export_in_place import export_in_place
 
 from helpers import value_layout
 

@@ -232,8 +232,8 @@ def test_the_module_walk_finds_a_cycle_inside_a_package():
 # ``mcu_npu.upstream`` holds patches the runtime needs too and ``to_edge`` done in place.
 COMPILE_TIME = {"mcu_npu.api", "mcu_npu.backend", "mcu_npu.cli", "mcu_npu.flow",
                 "mcu_npu.partition", "mcu_npu.passes", "mcu_npu.quantization", "mcu_npu.recipes",
-                "mcu_npu.tflite", "mcu_npu.upstream.edge_dialect",
-                "mcu_npu.upstream.decompose_in_place"}
+                "mcu_npu.tflite", "mcu_npu.flow.edge_dialect",
+                "mcu_npu.flow.decompose_in_place"}
 PAYLOAD_FORMATS = {"mcu_npu.npu", "mcu_npu.npu.family", "mcu_npu.npu.families",
                    *(f"mcu_npu.npu.{family}{module}" for family in ("ethos_u", "neutron")
                      for module in ("", ".payload", ".io", ".check", ".runtime", ".sdk"))}

@@ -37,7 +37,7 @@ def _unnamed_or(names) -> Callable[[Node], bool]:
 def _maybe_conv1d(node: Node) -> bool:
     """``ConvertConv1dToConv2dPass`` rewrites a convolution with a one-element stride or a 3-D
     weight; every other convolution (a 2-D stride and a known 4-D weight) it leaves alone."""
-    from executorch.exir.dialects._ops import ops as exir_ops
+    from ..upstream.private import exir_ops
 
     if node.target != exir_ops.edge.aten.convolution.default:
         return False
@@ -77,7 +77,7 @@ def _matches() -> dict[type, Callable[[Node], bool]]:
     from executorch.backends.transforms.replace_squeeze_unsqueeze_with_view import (
         ReplaceSqueezeAndUnsqueezeWithViewPass,
     )
-    from executorch.exir.dialects._ops import ops as exir_ops
+    from ..upstream.private import exir_ops
 
     from ..passes.edge import linear_biases_aside as biases
     from ..passes.edge.clamp_quantized_activations import ClampQuantizedActivations
@@ -138,7 +138,7 @@ def run_passes(exported_program, passes: list, target_config):
     constructor takes them), and new constant tensors are lifted at the end. The program
     is validated once, after the passes (``upstream.patches.validation_deferred``), not
     before and after each."""
-    from executorch.exir.program._program import _transform, lift_constant_tensor_pass
+    from ..upstream.private import lift_constant_tensor_pass, transform_program
 
     from ..upstream.patches import validation_deferred
 
@@ -152,6 +152,6 @@ def run_passes(exported_program, passes: list, target_config):
                 kwargs["exported_program"] = exported_program
             if "target_config" in parameters:
                 kwargs["target_config"] = target_config
-            exported_program = _transform(exported_program, pass_cls(**kwargs))
+            exported_program = transform_program(exported_program, pass_cls(**kwargs))
     exported_program.validate()
     return lift_constant_tensor_pass(exported_program)

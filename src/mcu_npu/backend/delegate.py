@@ -19,21 +19,19 @@ import types
 
 import torch
 
-from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from executorch.exir.pass_manager import ExportedProgramPassManager
-from torch._export.verifier import TrainingIRVerifier
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.export import ExportedProgram
 from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
 from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec,
                                           OutputKind, OutputSpec, TensorArgument)
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
-from torch.fx.passes.shape_prop import _extract_tensor_metadata
-from torch.utils import _pytree as pytree
 
+from ..upstream.private import (FakeTensorMode, NamedDataStore, TrainingIRVerifier,
+                                extract_tensor_metadata, pytree, set_backend_id,
+                                set_original_program)
 from .boundary import NPU_IO
 from .compile_spec import NpuCompileSpec
 from ..errors import (ConversionError, McuNpuError, NpuCompilerError,
@@ -157,7 +155,7 @@ def use_device_ids(exported_program: ExportedProgram) -> bool:
     renamed = False
     for module in exported_program.graph_module.modules():
         if isinstance(module, LoweredBackendModule) and module.backend_id in _BACKENDS:
-            module._backend_id = _BACKENDS[module.backend_id].device_id
+            set_backend_id(module, _BACKENDS[module.backend_id].device_id)
             renamed = True
     return renamed
 
@@ -202,9 +200,8 @@ def keep_interfaces_only(exported_program: ExportedProgram) -> None:
                                            dtype=n.meta["val"].dtype).zero_()
                        for n in original.graph.nodes if n.op == "placeholder" and n.name in user)
         outputs = [(tuple(v.shape), tuple(v.stride()), v.dtype) for v in vals]
-        module._original_exported_program = (
-            interface_program(inputs, outputs, as_tuple)
-            or torch.export.export(_Outputs(outputs, as_tuple), inputs))
+        set_original_program(module, interface_program(inputs, outputs, as_tuple)
+                             or torch.export.export(_Outputs(outputs, as_tuple), inputs))
 
 
 def interface_program(inputs: tuple[torch.Tensor, ...], outputs: list[Interface],
@@ -224,7 +221,7 @@ def interface_program(inputs: tuple[torch.Tensor, ...], outputs: list[Interface]
     for k, x in enumerate(inputs):
         node = graph.placeholder(f"inputs_{k}")
         node.meta["val"] = mode.from_tensor(x, static_shapes=True)
-        node.meta["tensor_meta"] = _extract_tensor_metadata(node.meta["val"])
+        node.meta["tensor_meta"] = extract_tensor_metadata(node.meta["val"])
         specs.append(InputSpec(InputKind.USER_INPUT, TensorArgument(node.name), None))
     results = []
     for k, (shape, stride, dtype) in enumerate(outputs, start=1):
@@ -242,7 +239,7 @@ def interface_program(inputs: tuple[torch.Tensor, ...], outputs: list[Interface]
             node.meta.update(nn_module_stack={"L__self__": ("", _OUTPUTS_NAME)},
                              stack_trace=_outputs_stack_trace(),
                              torch_fn=(fn, _TORCH_FN[node.target]),
-                             tensor_meta=_extract_tensor_metadata(node.meta["val"]))
+                             tensor_meta=extract_tensor_metadata(node.meta["val"]))
         results.append(zero)
     graph.output(tuple(results))
     signature = ExportGraphSignature(

@@ -10,7 +10,7 @@ from ..errors import InputError
 
 
 def _quantized_decomposed():
-    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the ops)
+    from ..upstream.private import quantized_decomposed_ops  # noqa: F401  (registers the ops)
 
     return torch.ops.quantized_decomposed
 

@@ -150,13 +150,15 @@ def write_bundled(path: str | os.PathLike, program, buffer: bytes, inputs,
 
 def read_bundled(data: bytes):
     """(program bytes, [(inputs, expected outputs)] of ``forward``) of a ``.bpte``."""
-    from executorch.devtools.bundled_program.serialize import (
-        _bundled_program_file_identifier, deserialize_from_flatbuffer_to_bundled_program)
+    from executorch.devtools.bundled_program.serialize import \
+        deserialize_from_flatbuffer_to_bundled_program
 
-    if len(data) < 8 or data[4:8] != _bundled_program_file_identifier():
+    from ..upstream.private import bundled_program_file_identifier
+
+    if len(data) < 8 or data[4:8] != bundled_program_file_identifier():
         raise InvalidProgramError(
             f"not a bundled program: file identifier {bytes(data[4:8])!r}, expected "
-            f"{_bundled_program_file_identifier()!r} "
+            f"{bundled_program_file_identifier()!r} "
             "(write one with save_bundled or mcu-npu compile --bundled)")
     try:
         bundle = deserialize_from_flatbuffer_to_bundled_program(bytes(data))
@@ -176,11 +178,10 @@ def _check_whole(data: bytes, bundle) -> None:
     """Refuse a truncated ``.bpte``: a flatbuffer does not state its size, and a parser reads
     a file cut inside its last string or padding as if it were whole; what it read, written
     again, must not need more bytes than the file has."""
-    from executorch.devtools.bundled_program.serialize import \
-        _bundled_program_schema_to_flatbuffer
+    from ..upstream.private import bundled_program_to_flatbuffer
 
     try:
-        needed = len(_bundled_program_schema_to_flatbuffer(bundle))
+        needed = len(bundled_program_to_flatbuffer(bundle))
     except Exception as exc:  # what was read does not serialize: it was not whole either
         raise InvalidProgramError(f"cannot parse the bundled program: {type(exc).__name__}: "
                                   f"{exc}") from exc

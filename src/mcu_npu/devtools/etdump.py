@@ -268,7 +268,7 @@ def _size_prefixed_flatbuffer(dump) -> bytes:
     """The ETDump flatbuffer, size-prefixed as the device runtime writes it (ExecuTorch's
     own serializer writes it without the prefix, which its Inspector does not read)."""
     from executorch.devtools.etdump import serialize as etdump_serialize
-    from executorch.exir._serialize._flatbuffer import _run_flatc
+    from ..upstream.private import run_flatc
 
     text = etdump_serialize._serialize_from_etdump_to_json(dump)
     with tempfile.TemporaryDirectory(prefix="mcu_npu_etdump_") as d:
@@ -277,7 +277,7 @@ def _size_prefixed_flatbuffer(dump) -> bytes:
         schema = os.path.join(d, etdump_serialize.ETDUMP_FLATCC_SCHEMA_NAME + ".fbs")
         data = os.path.join(d, "etdump.json")
         Path(data).write_text(text)
-        _run_flatc(["--binary", "--size-prefixed", "-o", d, schema, data])
+        run_flatc(["--binary", "--size-prefixed", "-o", d, schema, data])
         return Path(d, "etdump.etdp").read_bytes()  # the schema's file_extension
 
 

@@ -55,7 +55,7 @@ def digest(pte: bytes) -> str:
 
 def pack(pte: bytes, report, host_data: dict[str, bytes]) -> bytes:
     """The companion of the device program ``pte``: its digest, ``report``, ``host_data``."""
-    from executorch.exir._serialize.data_serializer import DataEntry, DataPayload
+    from ..upstream.private import DataEntry, DataPayload
     from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
 
     from ..version import __version__

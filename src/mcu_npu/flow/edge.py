@@ -1,6 +1,6 @@
 """Edge: the quantized reference lowered to ExecuTorch's Edge dialect, the ops the converter
 takes whole preserved (``edge_compile_config``), done in place where that gives what
-``to_edge`` would (``upstream.edge_dialect``, ``upstream.decompose_in_place``)."""
+``to_edge`` would (``flow.edge_dialect``, ``flow.decompose_in_place``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import functools
 
 import torch
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager
-from executorch.exir.tracer import _default_decomposition_table
 from torch.fx import GraphModule
 
+from ..upstream.private import default_decomposition_table
 from ..tflite.registry import PRESERVED_ATEN_OPS
-from ..upstream.decompose_in_place import decompose_in_place
-from ..upstream.edge_dialect import to_edge_in_place
-from ..upstream.export_in_place import export_in_place
+from .decompose_in_place import decompose_in_place
+from .edge_dialect import to_edge_in_place
+from .export_in_place import export_in_place
 from ..upstream.patches import cia_ops_collected_once, edge_program_from_core_aten
 
 TO_EDGE = "converting the quantized model to the Edge dialect"
@@ -28,7 +28,7 @@ def edge_compile_config() -> EdgeCompileConfig:
 
 def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgramManager:
     """Quantized reference -> Edge program, with the converter's ops preserved: converted in
-    place when that gives what ``to_edge`` would (``upstream.edge_dialect``), else by ``to_edge``'s
+    place when that gives what ``to_edge`` would (``flow.edge_dialect``), else by ``to_edge``'s
     passes without its second decomposition (``upstream.patches``)."""
     config = edge_compile_config()
     ep = core_aten_program(reference, example_inputs, config)
@@ -41,8 +41,8 @@ def to_edge_program(reference: GraphModule, example_inputs: tuple) -> EdgeProgra
 def core_aten_program(reference: GraphModule, example_inputs: tuple,
                       config: EdgeCompileConfig) -> torch.export.ExportedProgram:
     """``reference`` exported (in place where that gives what export would:
-    ``upstream.export_in_place``) and decomposed as ``to_edge`` would, but re-traced only if an
-    op needs more than a one-node rewrite (``upstream.decompose_in_place``). Unrolled
+    ``flow.export_in_place``) and decomposed as ``to_edge`` would, but re-traced only if an
+    op needs more than a one-node rewrite (``flow.decompose_in_place``). Unrolled
     recurrent graphs hold thousands of nodes, so node
     provenance (``from_node``, which every re-trace deep-copies and extends) is dropped."""
     _drop_provenance(reference.graph)
@@ -72,7 +72,7 @@ def _inputs_targeted_by_name(gm: GraphModule) -> None:
 
 def _decomposition_table(preserve_ops) -> dict:
     """``to_edge``'s decomposition table without ``preserve_ops``."""
-    table = _default_decomposition_table()
+    table = default_decomposition_table()
     for op in preserve_ops:
         table.pop(op, None)
     return table

@@ -8,8 +8,8 @@ from typing import Callable
 
 import torch
 from torch.fx import GraphModule
-from torchao.quantization.pt2e.utils import _fuse_conv_bn_
 
+from ..upstream.private import fuse_conv_bn
 from ..device.program_io import dequantize_outputs, quantize_inputs
 from ..devtools.bundled import tolerance_note
 from ..errors import ConfigError, stage
@@ -139,7 +139,7 @@ def _float_graph(float_model, target, sample: tuple) -> GraphModule:
     if kept is not None and kept[0] == key and _same_tensors(kept[1], sample):
         return kept[2]
     graph = for_annotation(export_module(float_model, sample), target)
-    _fuse_conv_bn_(graph)
+    fuse_conv_bn(graph)
     _FLOAT_GRAPHS[float_model] = (key, tuple(_clone(x) for x in sample), graph)
     return graph
 

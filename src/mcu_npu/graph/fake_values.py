@@ -23,12 +23,13 @@ import weakref
 from typing import Callable
 
 import torch
-from torch._subclasses.fake_tensor import (FakeTensor, FakeTensorMode,
-                                           in_kernel_invocation_manager)
 from torch.fx import Graph, GraphModule
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the ops read below)
+from ..upstream.private import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
+from ..upstream.private import quantized_decomposed_ops  # noqa: F401  (registers the ops)
+
+
 
 _qd = torch.ops.quantized_decomposed
 _QUANTIZE = {_qd.quantize_per_tensor.default, _qd.quantize_per_tensor.tensor,

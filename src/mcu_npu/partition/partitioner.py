@@ -11,10 +11,10 @@ from typing import Iterable
 
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
-from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ..upstream.private import EdgeOpOverload
 from ..backend.delegate import backend_for
 from ..backend.compile_spec import NpuCompileSpec
 from ..errors import ConfigError

@@ -10,12 +10,12 @@ import operator
 from typing import Iterable, Mapping
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from ..upstream.private import FakeTensor
 from ..errors import ConfigError, ConversionError, NpuCompilerError, first_line
 from ..npu.families import families
 from ..targets import Target

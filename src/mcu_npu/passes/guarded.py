@@ -7,11 +7,11 @@ LSTM with ``proj_size``) still propagate: they are verdicts, not failures."""
 
 from __future__ import annotations
 
-import copy
 import operator
 
 from torch.fx import Graph, GraphModule
 
+from ..upstream.private import copy_calling
 from ..errors import McuNpuError, first_line
 
 PASS_FAILURES_KEY = "mcu_npu_pass_failures"
@@ -46,7 +46,7 @@ def _replayed(start, done) -> GraphModule:
     """The graph module ``start`` (a ``_snapshot``) holds, rewritten again by ``done``."""
     graph, attrs, meta = start
     fresh = Graph()
-    fresh._codegen = copy.deepcopy(graph._codegen)
+    copy_calling(graph, fresh)
     fresh.output(fresh.graph_copy(graph, {}))
     (old,), (new,) = [[n for n in g.nodes if n.op == "output"] for g in (graph, fresh)]
     new.meta = dict(old.meta)
@@ -77,7 +77,7 @@ def _snapshot(model: GraphModule):
     """(a copy of the graph, the attributes it reads, the module's meta): what is needed to
     make ``model`` again as it is now, whatever a pass edits in place."""
     graph = Graph()
-    graph._codegen = copy.deepcopy(model.graph._codegen)  # an export's pytree calling form
+    copy_calling(model.graph, graph)  # an export's pytree calling form
     graph.output(graph.graph_copy(model.graph, {}))
     (old,), (new,) = [[n for n in g.nodes if n.op == "output"] for g in (model.graph, graph)]
     new.meta = dict(old.meta)

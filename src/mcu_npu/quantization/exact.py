@@ -24,8 +24,10 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the ops read below)
 from torch.fx import GraphModule, Interpreter
+
+from ..upstream.private import quantized_decomposed_ops  # noqa: F401  (registers the ops)
+
 
 __all__ = ["run_exact", "run_graph_exact", "exact_runner", "ExactReference", "to_float64", "to_float32"]
 

@@ -53,7 +53,7 @@ def _deserialize(data: bytes):
     problem = envelope_problem(data)
     if problem is not None:
         raise InvalidProgramError(problem)
-    from executorch.exir._serialize._program import deserialize_pte_binary
+    from ..upstream.private import deserialize_pte_binary
 
     try:
         pte = deserialize_pte_binary(data)

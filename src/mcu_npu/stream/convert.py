@@ -13,8 +13,8 @@ import warnings
 
 import torch
 from torch import fx, nn
-from torch.utils import _pytree as pytree
 
+from ..upstream.private import pytree
 from mcu_npu.errors import ConfigError, UnsupportedModelError
 
 from .rewrite import STATE_ATTR, FrameGraph, marker_length

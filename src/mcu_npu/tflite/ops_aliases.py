@@ -1,7 +1,9 @@
 """Edge op objects under short names, for converters and tests."""
 
 import torch
-from executorch.exir.dialects._ops import ops as exir_ops
+
+from ..upstream.private import exir_ops
+
 
 aten = exir_ops.edge.aten
 at = torch.ops.aten  # ATen op packets as the quantizer sees them (an entry's ``aten=``)

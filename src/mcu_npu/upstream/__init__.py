@@ -1,5 +1,6 @@
-"""Where mcu-npu does an upstream step its own way or reaches past a public API: ExecuTorch's
-``to_edge`` passes and torch's one-node decompositions done in place, and the patches
-(``patches``). Each module follows upstream internals of a given release, so an upgrade of
-torch or ExecuTorch re-checks them (``tests/test_upstream_patches.py``,
-``test_edge_dialect.py``, ``test_decompose_in_place.py``)."""
+"""The boundary with ExecuTorch, torch and torchao internals: every private name mcu-npu reads
+and private attribute it sets (``private``), the patches that change upstream behaviour
+(``patches``) and the upstream notices dropped (``noise``). It imports nothing else of mcu-npu,
+so every package may reach upstream internals through it; each module follows a given
+release, so an upgrade of torch or ExecuTorch re-checks them
+(``tests/test_upstream_private.py``, ``tests/test_upstream_patches.py``)."""

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
-from torch._guards import detect_fake_mode
 from torch.fx import Graph, GraphModule, Node
-from torch.utils import _pytree as pytree
 
+from ...upstream.private import detect_fake_mode, pytree
 from mcu_npu.errors import UnsupportedModelError
 from mcu_npu.graph.fake_values import memo_of
 from mcu_npu.graph.schema import bind

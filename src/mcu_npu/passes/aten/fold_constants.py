@@ -52,11 +52,10 @@ import math
 import operator
 
 import torch
-from torch._guards import detect_fake_mode
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
-from torch.utils import _pytree as pytree
 
+from ...upstream.private import detect_fake_mode, pytree
 from mcu_npu.graph.schema import bind
 from mcu_npu.passes.aten._recurrent import STATE_KEY, finish
 

@@ -23,9 +23,11 @@ from __future__ import annotations
 import re
 
 import torch
-from torch._guards import detect_fake_mode
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from ...upstream.private import detect_fake_mode
+
 
 aten = torch.ops.aten
 

@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import torch
 from torch.fx import GraphModule, Node
-from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
-from torch.utils import _pytree as pytree
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from mcu_npu.upstream.private import pytree, set_pytree_calling
 from mcu_npu.program_state import ProgramState, StateTensor, leaves
 
 aten = torch.ops.aten
@@ -98,13 +97,8 @@ class LiftState(PassBase):
 def _flat_signature(gm: GraphModule, inputs: int, outputs: int) -> None:
     """``gm`` taking ``inputs`` positional tensors and returning a tuple of ``outputs``, as
     its pytree code and torch.export's input check (``_in_spec``) say."""
-    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    in_spec = pytree.tree_flatten((tuple(range(inputs)), {}))[1]
-    out_spec = pytree.tree_flatten(tuple(range(outputs)))[1]
-    gm.graph._codegen = _PyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec))
-    if hasattr(gm, "_in_spec"):
-        gm._in_spec, gm._out_spec = in_spec, out_spec
-
+    set_pytree_calling(gm, pytree.tree_flatten((tuple(range(inputs)), {}))[1],
+                       pytree.tree_flatten(tuple(range(outputs)))[1])
 
 
 def _drop_buffer(module: torch.nn.Module, name: str) -> None:

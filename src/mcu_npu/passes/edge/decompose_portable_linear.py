@@ -23,11 +23,11 @@ from __future__ import annotations
 import math
 
 import torch
-from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ...upstream.private import exir_ops
 from mcu_npu.graph.schema import bind
 
 aten = exir_ops.edge.aten

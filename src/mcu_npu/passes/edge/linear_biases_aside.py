@@ -31,11 +31,11 @@ by name because every re-trace makes new nodes (placeholders keep their names).
 
 from __future__ import annotations
 
-from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from ...upstream.private import exir_ops
 from mcu_npu.graph.schema import bind
 
 LINEAR = exir_ops.edge.aten.linear.default

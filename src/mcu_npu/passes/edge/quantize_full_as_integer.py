@@ -23,9 +23,11 @@ Runs on the Edge program before that lowering.
 from __future__ import annotations
 
 import torch
-from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
+
+from ...upstream.private import exir_ops
+
 
 FULL = exir_ops.edge.aten.full.default
 FULL_LIKE = exir_ops.edge.aten.full_like.default

@@ -33,12 +33,10 @@ import operator
 
 import torch
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
-from torch._guards import detect_fake_mode
-from torch._prims_common import make_contiguous_strides_for
-from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ...upstream.private import FakeTensor, detect_fake_mode, make_contiguous_strides_for
 from ...graph.fake_values import _Propagation, call_key, layout, output_dtype, plain_fake
 
 

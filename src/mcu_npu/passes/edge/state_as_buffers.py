@@ -39,6 +39,7 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
                                           OutputKind, OutputSpec, TensorArgument)
 from torch.fx import Node
 
+from mcu_npu.upstream.private import set_graph_signature
 from mcu_npu.passes.edge._io import DEQUANTIZE, QUANTIZE, op_key, qparams, set_outputs
 from mcu_npu.program_state import ProgramState
 
@@ -107,7 +108,7 @@ class StateAsBuffers(ExportedProgramPassBase):
         new_values = [values[pos] for pos, _ in buffers_out] + \
             [v for i, v in enumerate(values) if i not in moved]
         set_outputs(output, new_values)
-        ep._graph_signature = ExportGraphSignature(new_in, new_out)
+        set_graph_signature(ep, ExportGraphSignature(new_in, new_out))
         graph.lint()
         ep.graph_module.recompile()
         return ExportedProgramPassResult(ep, True)

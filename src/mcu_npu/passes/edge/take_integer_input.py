@@ -26,10 +26,10 @@ before every input is checked.
 from __future__ import annotations
 
 import torch
-from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
 
+from ...upstream.private import exir_ops
 from mcu_npu.errors import UnsupportedModelError
 from mcu_npu.passes.edge._io import QUANTIZE, describe, dtype_name, op_key, qparams
 

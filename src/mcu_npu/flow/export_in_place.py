@@ -19,16 +19,13 @@ from __future__ import annotations
 import operator
 
 import torch
-from torch._export.verifier import TrainingIRVerifier
-from torch._guards import detect_fake_mode
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.export import ExportedProgram
 from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
 from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec,
                                           OutputKind, OutputSpec, TensorArgument)
 from torch.fx import GraphModule
-from torch.utils import _pytree as pytree
 
+from ..upstream.private import FakeTensorMode, TrainingIRVerifier, detect_fake_mode, pytree
 from ..graph.fake_values import propagate
 
 _KEPT_META = ("stack_trace", "custom")

@@ -21,7 +21,6 @@ import operator
 
 import torch
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager
-from executorch.exir._program_utils import _get_updated_graph_signature
 from executorch.exir.pass_base import map_args
 from executorch.exir.passes import base_post_op_replace_passes, convert_constant_dim_order_pass
 from executorch.exir.passes.dim_order_ops_registry import DimOrderOpsMap
@@ -32,15 +31,14 @@ from executorch.exir.passes.remove_noop_pass import RemoveNoopPass, RemoveToCopy
 from executorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
 from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge, should_lower_to_edge
 from executorch.exir.passes.replace_sym_size_op_pass import ReplaceSymSizeOpPass
-from executorch.exir.program._program import _transform, lift_constant_tensor_pass
 from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
-from torch._export.passes.replace_view_ops_with_view_copy_ops_pass import get_view_copy_of_view_op
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 from torch.fx.traceback import NodeSource
-from torch.utils import _pytree as pytree
 
+from ..upstream.private import (ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes,
+                                get_updated_graph_signature, get_view_copy_of_view_op,
+                                lift_constant_tensor_pass, pytree, transform_program)
 from ..graph.schema import bind
 from ..passes.aten._recurrent import fake_value
 
@@ -80,7 +78,7 @@ def to_edge_in_place(ep: ExportedProgram, config: EdgeCompileConfig) -> EdgeProg
     _mark_sources(gm)  # gm's own code is stale now: the ExportedProgram makes its module anew
     edge = ExportedProgram(
         root=gm, graph=gm.graph,
-        graph_signature=_get_updated_graph_signature(ep.graph_signature, gm),
+        graph_signature=get_updated_graph_signature(ep.graph_signature, gm),
         state_dict=ep.state_dict, range_constraints=ep.range_constraints,
         module_call_graph=ep.module_call_graph, example_inputs=ep.example_inputs,
         constants=ep.constants,
@@ -89,7 +87,7 @@ def to_edge_in_place(ep: ExportedProgram, config: EdgeCompileConfig) -> EdgeProg
     )
     edge = lift_constant_tensor_pass(edge)
     edge = convert_constant_dim_order_pass.convert_constant_dim_order_pass(edge)
-    edge = _transform(edge, *base_post_op_replace_passes)
+    edge = transform_program(edge, *base_post_op_replace_passes)
     return EdgeProgramManager({"forward": edge}, None, config)
 
 
