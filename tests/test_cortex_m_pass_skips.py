@@ -22,6 +22,7 @@ from mcu_npu.backend import cortex_m_pass_skips as skips
 from mcu_npu.backend.cortex_m import CortexMLowering, _lowering_passes, _target_config, \
     cortex_m_passes
 from mcu_npu.flow.serialize import to_executorch
+from mcu_npu.passes.edge.order import CORTEX_M_SPLICE, Splice, spliced
 
 CORE = "cortex-m55"
 
@@ -178,3 +179,29 @@ def test_every_pass_has_a_rule_or_always_runs():
         pass
 
     assert skips.may_change(Unknown, torch.fx.symbolic_trace(nn.Identity()))
+
+
+def test_every_splice_anchor_is_once_in_the_upstream_list():
+    """Each upstream pass a rule of ``CORTEX_M_SPLICE`` puts ours next to, or replaces, is in
+    ExecuTorch's explicit-layout list exactly once; a list without one is refused."""
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+
+    upstream = CortexMPassManager.explicit_layout_pass_list
+    names = [p.__name__ for p in upstream]
+    for rule in CORTEX_M_SPLICE:
+        assert names.count(rule.anchor) == 1, f"{rule.anchor} in {names}"
+    with pytest.raises(LookupError, match="AtenToCortexMPass"):
+        spliced([p for p in upstream if p.__name__ != "AtenToCortexMPass"])
+
+
+def test_splice_puts_ours_before_after_and_instead_of_their_anchors():
+    A, B, C, Ours1, Ours2 = (type(name, (), {}) for name in ("A", "B", "C", "Ours1", "Ours2"))
+    rules = (Splice("A", "after", Ours1, ""), Splice("B", "instead", Ours2, ""),
+             Splice("C", "before", Ours1, ""), Splice("A", "instead", None, ""))
+    assert spliced([A, B, C], rules) == [Ours1, Ours2, Ours1, C]
+    names = [p.__name__ for p in _lowering_passes()]
+    assert names[names.index("FoldAndAnnotateQParamsPass") + 1] == "SetLinearBiasesAside"
+    assert names[names.index("AtenToCortexMPass") - 1] == "RestoreLinearBiases"
+    assert {"FuseActivations", "ClampQuantizedActivations"} <= set(names)
+    assert not {"ActivationFusionPass", "QuantizedClampActivationPass",
+                "ValidateCortexMExplicitLayoutPass"} & set(names)

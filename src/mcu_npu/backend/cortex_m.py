@@ -111,52 +111,20 @@ def cortex_m_rejection(node: Node) -> str | None:
 
 
 def _lowering_passes() -> list:
-    """The explicit-layout pass list without its final validation, which refuses any
-    convolution or pooling left un-lowered, float ones included. What the plan leaves to
-    portable kernels (``cortex_m_rejection``) is such a node: it runs in float between its
-    quantize / dequantize, which is what the quantized reference computes. Between the
-    folding of quantize / dequantize and ``AtenToCortexMPass`` the quantized linear layers'
-    biases are set aside (``passes.edge.linear_biases_aside``): the passes between re-trace
-    the graph, where an int8 linear with an int32 bias would come out int32; and a relu,
-    hardtanh or clamp on int8 values is told by its folded parameters, not by its input's
-    fake dtype (``passes.edge.clamp_quantized_activations``); a fused hardsigmoid keeps its
-    zero point unclamped (``passes.edge.fuse_activations``)."""
-    from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass
+    """ExecuTorch's explicit-layout pass list with ours spliced in, its final validation
+    left out (``passes.edge.order.CORTEX_M_SPLICE`` says where and why)."""
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
-    from executorch.backends.cortex_m.passes.explicit_layout_pass import (
-        ValidateCortexMExplicitLayoutPass,
-    )
 
-    from executorch.backends.cortex_m.passes.activation_fusion_pass import ActivationFusionPass
-    from executorch.backends.cortex_m.passes.quantized_clamp_activation_pass import (
-        QuantizedClampActivationPass,
-    )
+    from ..passes.edge.order import spliced
 
-    from ..passes.edge.clamp_quantized_activations import ClampQuantizedActivations
-    from ..passes.edge.fuse_activations import FuseActivations
-    from ..passes.edge.linear_biases_aside import RestoreLinearBiases, SetLinearBiasesAside
-
-    passes = []
-    for p in CortexMPassManager.explicit_layout_pass_list:
-        if p is ValidateCortexMExplicitLayoutPass:
-            continue
-        if p is QuantizedClampActivationPass:
-            p = ClampQuantizedActivations
-        elif p is ActivationFusionPass:
-            p = FuseActivations
-        if p is AtenToCortexMPass:
-            passes.append(RestoreLinearBiases)
-        passes.append(p)
-        if p.__name__ == "FoldAndAnnotateQParamsPass":  # the Cortex-M list's own entry
-            passes.append(SetLinearBiasesAside)
-    return passes
+    return spliced(CortexMPassManager.explicit_layout_pass_list)
 
 
 class CortexMLowering(ExportedProgramPassBase):
-    """Edge program -> the same program with Cortex-M int8 kernels for the CPU's ops: a
-    quantized ``full`` made in int8 (``QuantizeFullAsInteger``), then the explicit-layout
-    passes as ``CortexMPassManager`` runs them, less those that find nothing to rewrite in
-    this graph (``cortex_m_pass_skips``)."""
+    """Edge program -> the same program with Cortex-M int8 kernels for the CPU's ops: the
+    passes of its stage (``passes.edge.order.CORTEX_M_LOWERING``: a quantized ``full`` made
+    in int8), then the explicit-layout passes as ``CortexMPassManager`` runs them, less
+    those that find nothing to rewrite in this graph (``cortex_m_pass_skips``)."""
 
     def __init__(self, core: str):
         self.core = core
@@ -164,10 +132,11 @@ class CortexMLowering(ExportedProgramPassBase):
     def call(self, exported_program: ExportedProgram):
         from executorch.exir.pass_base import ExportedProgramPassResult
 
-        from ..passes.edge.quantize_full_as_integer import QuantizeFullAsInteger
+        from ..passes.edge.order import CORTEX_M_LOWERING
         from .cortex_m_pass_skips import run_passes
 
-        QuantizeFullAsInteger()(exported_program)
+        for first in CORTEX_M_LOWERING.passes:
+            first()(exported_program)
         lowered = run_passes(exported_program, _lowering_passes(),
                              _target_config(self.core))
         return ExportedProgramPassResult(lowered, True)

@@ -14,7 +14,7 @@ import torch
 
 from ..errors import ConfigError, stage
 from ..io_spec import ProgramIO
-from ..passes.edge import RemoveInputQuantize, RemoveOutputDequantize, TakeIntegerInput
+from ..passes.edge.order import INT8_IO, INTEGER_INPUTS
 from ..passes.edge.take_integer_input import INPUT_QPARAMS
 
 
@@ -30,11 +30,12 @@ def int8_io(edge, io) -> tuple:
 def quantize_io(edge, program_io: ProgramIO = ProgramIO((), "int8", "int8")) -> tuple:
     """(``edge`` with integer program inputs and outputs, their quantization as the report's
     ``io``): the quantize reading each such input and the dequantize making each output are
-    removed from the lowered program in place (``passes.edge``)."""
+    removed from the lowered program in place (``passes.edge.order.INT8_IO``)."""
     program = _one_method(edge)
     count = len(program.graph_signature.user_inputs)
     removed = [i for i in range(count) if _int8_input(program_io, i)]
-    inputs, outputs = RemoveInputQuantize(indices=removed), RemoveOutputDequantize()
+    remove_quantize, remove_dequantize = INT8_IO.passes
+    inputs, outputs = remove_quantize(indices=removed), remove_dequantize()
     with stage("making the program's inputs and outputs int8",
                "compile with io='float', or report it"):
         inputs(program)
@@ -59,13 +60,14 @@ def quantize_io(edge, program_io: ProgramIO = ProgramIO((), "int8", "int8")) -> 
 
 def take_integer_inputs(edge, program_io: ProgramIO):
     """Before partitioning: the uint8 / int16 declared inputs made placeholders of their type
-    (``passes.edge.TakeIntegerInput``); ``edge`` changed in place and returned."""
+    (``passes.edge.order.INTEGER_INPUTS``); ``edge`` changed in place and returned."""
     dtypes = {i: getattr(torch, s.dtype) for i, s in enumerate(program_io.inputs)
               if s is not None and s.dtype in ("uint8", "int16")}
     if dtypes:
+        (take,) = INTEGER_INPUTS.passes
         with stage("making the declared inputs take the sensor's data",
                    "declare the input 'float', or report it"):
-            TakeIntegerInput(dtypes)(_one_method(edge))
+            take(dtypes)(_one_method(edge))
     return edge
 
 

@@ -15,7 +15,7 @@ from ..errors import McuNpuError, PartitionError, stage, stage_error
 from ..partition import NpuPartitioner
 from ..partition.plan import Plan, PlanOptions, plan_program
 from ..partition.support import Rejection, VerdictCategory
-from ..passes.edge import DecomposePortableLinear, RefreshStrides
+from ..passes.edge.order import PORTABLE_LINEAR, REFRESH_STRIDES
 from ..passes.guarded import pass_failure
 from .place import exclude_hint
 
@@ -80,7 +80,8 @@ def lower(edge, plan: Plan, target=None):
     edge = lowered
     with stage(DELEGATING):
         for method in edge.methods:
-            DecomposePortableLinear()(edge.exported_program(method))
+            for decompose in PORTABLE_LINEAR.passes:
+                decompose()(edge.exported_program(method))
             use_device_ids(edge.exported_program(method))
     return edge, plan
 
@@ -119,12 +120,13 @@ def _moved(edge, plan: Plan, refused: dict[str, Rejection]) -> Plan:
 
 
 def _strides_refreshed(edge, plan: Plan) -> Plan:
-    """``RefreshStrides`` on every method; where it fails, ``plan`` made again with every
-    compute node on the CPU (a partition converted from stale strides could read its input
-    transposed), the failure as their reason."""
+    """``RefreshStrides`` (``passes.edge.order.REFRESH_STRIDES``) on every method; where it
+    fails, ``plan`` made again with every compute node on the CPU (a partition converted
+    from stale strides could read its input transposed), the failure as their reason."""
     try:
         for method in edge.methods:
-            RefreshStrides()(edge.exported_program(method))
+            for refresh in REFRESH_STRIDES.passes:
+                refresh()(edge.exported_program(method))
     except McuNpuError:
         raise
     except Exception as exc:  # noqa: BLE001  (fake propagation raises any type)

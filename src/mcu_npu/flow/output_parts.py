@@ -5,15 +5,22 @@ together (``program_io["assemble"]``) and names each part (``program_io["parts"]
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import stage
-from ..passes.edge.split_mixed_range_outputs import SplitMixedRangeOutputs
+from ..passes.edge.order import SPLIT_OUTPUTS
+
+if TYPE_CHECKING:
+    from ..passes.edge.split_mixed_range_outputs import SplitMixedRangeOutputs
 
 
 def split_outputs(edge) -> SplitMixedRangeOutputs | None:
-    """The pass run on ``edge``'s one method in place; None when nothing was split."""
+    """The pass (``passes.edge.order.SPLIT_OUTPUTS``) run on ``edge``'s one method in place;
+    None when nothing was split."""
     if len(edge.methods) != 1:
         return None
-    split = SplitMixedRangeOutputs()
+    (split_parts,) = SPLIT_OUTPUTS.passes
+    split = split_parts()
     with stage("splitting mixed-range outputs into their parts"):
         changed = split(edge.exported_program(next(iter(edge.methods)))).modified
     return split if changed else None

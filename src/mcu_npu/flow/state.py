@@ -16,7 +16,7 @@ from torch.fx import GraphModule, Node
 from ..errors import stage
 from ..passes.aten._recurrent import STATE_OF
 from ..passes.aten.lift_state import LiftState
-from ..passes.edge.state_as_buffers import StateAsBuffers
+from ..passes.edge.order import STATE
 from ..program_state import ProgramState, leaves
 from .inputs import Arguments
 
@@ -81,10 +81,11 @@ def _shape(node: Node):
 
 def state_as_buffers(edge, state: ProgramState | None) -> ProgramState | None:
     """The lowered ``edge`` with its state pairs made mutable buffers (in place,
-    ``passes.edge.StateAsBuffers``); the state with each buffer's type and encoding."""
+    ``passes.edge.order.STATE``); the state with each buffer's type and encoding."""
     if not state:
         return state
+    (as_buffers,) = STATE.passes
     with stage("keeping the state in the program's buffers", STATE_HINT):
-        make = StateAsBuffers(state)
+        make = as_buffers(state)
         make(edge.exported_program())
     return make.state

@@ -1,8 +1,6 @@
-"""Passes on Edge-dialect ExportedPrograms (after ``to_edge``). ``RefreshStrides`` runs
-before partitioning, ``QuantizeFullAsInteger`` before the Cortex-M lowering,
-``SetLinearBiasesAside`` / ``RestoreLinearBiases``, ``FuseActivations`` and
-``ClampQuantizedActivations`` among its passes, ``DecomposePortableLinear`` after it; the I/O passes on the final program, after
-delegation and the Cortex-M lowering."""
+"""Passes on Edge-dialect ExportedPrograms (after ``to_edge``). Which run when, and why
+there, is in one list: ``passes.edge.order`` (its stages, and where ours go in ExecuTorch's
+Cortex-M pass list)."""
 
 from mcu_npu.passes.edge._io import IOQuantization
 from mcu_npu.passes.edge.clamp_quantized_activations import ClampQuantizedActivations

@@ -1,11 +1,13 @@
-"""What the program-I/O passes share: matching the boundary quantize/dequantize ops and the
-record of one int8 program input or output."""
+"""What the program-I/O passes share: matching the boundary quantize/dequantize ops, reading
+and setting the program's outputs, and the record of one int8 program input or output."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import OutputKind
 from torch.fx import Node
 
 # quantize/dequantize with constant qparams, before and after the Cortex-M lowering (which
@@ -82,6 +84,16 @@ def is_float(node: Node) -> bool:
 def dtype_name(dtype) -> str:
     """``int8`` for ``torch.int8``."""
     return str(dtype).removeprefix("torch.")
+
+
+def user_outputs(exported_program: ExportedProgram) -> tuple[Node, list, list, list[int]]:
+    """(the graph's output node, a list of the values it returns, the signature's output
+    specs themselves (edited in place by the caller), the positions of the user outputs
+    among them)."""
+    output = exported_program.graph_module.graph.output_node()
+    specs = exported_program.graph_signature.output_specs
+    user = [i for i, s in enumerate(specs) if s.kind == OutputKind.USER_OUTPUT]
+    return output, list(output.args[0]), specs, user
 
 
 def set_outputs(output: Node, values) -> None:

@@ -25,12 +25,12 @@ from __future__ import annotations
 import torch
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
-from torch.export.graph_signature import OutputKind, TensorArgument
+from torch.export.graph_signature import TensorArgument
 from torch.fx import Node
 
 from mcu_npu.errors import UnsupportedModelError
 from mcu_npu.passes.edge._io import (DEQUANTIZE, IOQuantization, as_is, describe, dtype_name,
-                                     is_float, op_key, qparams, set_outputs)
+                                     is_float, op_key, qparams, set_outputs, user_outputs)
 
 
 class RemoveOutputDequantize(ExportedProgramPassBase):
@@ -42,10 +42,7 @@ class RemoveOutputDequantize(ExportedProgramPassBase):
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
         graph = exported_program.graph_module.graph
-        output = graph.output_node()
-        values = list(output.args[0])
-        specs = exported_program.graph_signature.output_specs
-        user = [i for i, s in enumerate(specs) if s.kind == OutputKind.USER_OUTPUT]
+        output, values, specs, user = user_outputs(exported_program)
         records, rewrites = [], []
         for index, position in enumerate(user):
             node = values[position]

@@ -29,7 +29,7 @@ from torch.export.graph_signature import OutputKind, OutputSpec, TensorArgument
 from torch.fx import Node
 
 from mcu_npu.graph.ids import node_id
-from mcu_npu.passes.edge._io import DEQUANTIZE, op_key, set_outputs
+from mcu_npu.passes.edge._io import DEQUANTIZE, op_key, set_outputs, user_outputs
 from ...graph.schema import bind
 
 _CAT = "aten.cat.default"
@@ -47,10 +47,7 @@ class SplitMixedRangeOutputs(ExportedProgramPassBase):
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
         graph = exported_program.graph_module.graph
-        output = graph.output_node()
-        values = list(output.args[0])
-        specs = exported_program.graph_signature.output_specs
-        user = [i for i, s in enumerate(specs) if s.kind == OutputKind.USER_OUTPUT]
+        output, values, specs, user = user_outputs(exported_program)
         if not user or user != list(range(user[0], len(specs))):
             return ExportedProgramPassResult(exported_program, False)
         parts: list[Node] = []

@@ -40,7 +40,8 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
 from torch.fx import Node
 
 from mcu_npu.upstream.private import set_graph_signature
-from mcu_npu.passes.edge._io import DEQUANTIZE, QUANTIZE, op_key, qparams, set_outputs
+from mcu_npu.passes.edge._io import (DEQUANTIZE, QUANTIZE, op_key, qparams, set_outputs,
+                                     user_outputs)
 from mcu_npu.program_state import ProgramState
 
 
@@ -58,15 +59,13 @@ class StateAsBuffers(ExportedProgramPassBase):
         graph = ep.graph_module.graph
         signature = ep.graph_signature
         count = len(self.state.tensors)
-        in_specs, out_specs = list(signature.input_specs), list(signature.output_specs)
+        in_specs = list(signature.input_specs)
+        output, values, out_specs, user_out = user_outputs(ep)
         user_in = [i for i, s in enumerate(in_specs) if s.kind == InputKind.USER_INPUT]
-        user_out = [i for i, s in enumerate(out_specs) if s.kind == OutputKind.USER_OUTPUT]
         if len(user_in) < count or len(user_out) < count:
             raise ValueError(f"the program has {len(user_in)} inputs and {len(user_out)} "
                              f"outputs, fewer than its {count} state tensors")
         placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
-        output = graph.output_node()
-        values = list(output.args[0])
         first_user = placeholders[in_specs[user_in[0]].arg.name]
         buffers_in, buffers_out = [], []
         for k, tensor in enumerate(self.state.tensors):
