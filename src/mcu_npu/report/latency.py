@@ -267,17 +267,18 @@ def _partition_macs(report, k: int) -> int:
     return sum(o.macs for o in report.ops if o.placement == place)
 
 
-def _weight_bytes(lowered) -> int:
-    """Bytes of the partition's constant tensors (int8 weights, int32 biases, as stored)."""
+def _weight_bytes(lowered, target) -> int:
+    """Bytes of the partition's constant tensors: a vendor payload's weights as its runtime
+    reads them (``NpuFamily.memory_figures``), else the partition's int8 weights and int32
+    biases as stored."""
     from ..device.payload import is_container, unpack_reference
+    from ..npu.families import family
 
     processed = bytes(lowered.processed_bytes)
-    if not is_container(processed):  # a Neutron payload: its weights section
-        from ..npu.neutron import payload as nxp
-
+    if not is_container(processed):
         try:
-            return len(nxp.parse(processed).weights)
-        except Exception:  # noqa: BLE001  (not a Neutron payload: count the graph's constants)
+            return family(target.npu.kind).memory_figures(processed)["weights"]
+        except Exception:  # noqa: BLE001  (not its family's payload: count the constants)
             pass
     ep = lowered.original_module
     total = 0
@@ -317,7 +318,7 @@ def _npu_bound(lowered, k, target, report, inputs, outputs) -> tuple[float, int,
     macs = _partition_macs(report, k)
     per_cycle = npu.bytes_per_cycle
     shuffled = _transpose_bytes(lowered)
-    moved = _weight_bytes(lowered) + sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)) \
+    moved = _weight_bytes(lowered, target) + sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)) \
         + shuffled
     compute = macs / npu.macs_per_cycle
     memory = moved / per_cycle
