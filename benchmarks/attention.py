@@ -28,7 +28,7 @@ def measure(name: str, target: str) -> dict:
     import torch
 
     import mcu_npu
-    from mcu_npu.report.metrics import sqnr_db
+    from mcu_npu.estimate.metrics import sqnr_db
     from zoo.attention_spellings import spelling
     from zoo.checks import calibration_set
 

@@ -152,7 +152,7 @@ def model_set(name: str):
 
 def main(argv=None) -> int:
     import mcu_npu
-    from mcu_npu.report.metrics import sqnr_db
+    from mcu_npu.estimate.metrics import sqnr_db
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=[*TRAINED, *MLPERF],

@@ -1,4 +1,4 @@
-"""Benchmark: the whole-model latency estimate (``mcu_npu.report.latency``) of the four MLPerf
+"""Benchmark: the whole-model latency estimate (``mcu_npu.estimate.latency``) of the four MLPerf
 Tiny models, and the CPU cycle model against published Cortex-M figures.
 
 Run::
@@ -11,7 +11,7 @@ Run::
 Per model and target (imxrt700, corstone-300, corstone-320), compiled as the target places it
 and all-CPU (``operators_not_to_delegate=["*"]``): latency_us, npu_us, cpu_us and the top
 rows. Then the comparison of the all-CPU estimates with the published MLPerf Tiny latencies
-(``mcu_npu.report.published``), each scaled linearly to the target's CPU clock, with the error
+(``mcu_npu.estimate.published``), each scaled linearly to the target's CPU clock, with the error
 per figure; and for the autoencoder on corstone-300, Vela's compute-only ``npu_cycles``
 beside its ``total_cycles`` (the latency uses the total).
 
@@ -75,8 +75,8 @@ def fit(core_name: str, works: dict) -> dict:
     import numpy as np
     from scipy.optimize import minimize
 
-    from mcu_npu.report.cpu_cycles import core_model
-    from mcu_npu.report.published import REFERENCE
+    from mcu_npu.estimate.cpu_cycles import core_model
+    from mcu_npu.estimate.published import REFERENCE
 
     core = core_model(core_name)
     figures = [f for f in REFERENCE[core_name] if f.model in works]
@@ -106,7 +106,7 @@ def fit(core_name: str, works: dict) -> dict:
 
 def comparison(all_cpu: dict) -> None:
     """Each published figure beside the all-CPU estimate of the same core."""
-    from mcu_npu.report.published import FIGURES, REFERENCE
+    from mcu_npu.estimate.published import FIGURES, REFERENCE
     from mcu_npu.targets import get_target
 
     core_targets = {}

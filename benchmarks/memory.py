@@ -7,7 +7,7 @@ Run::
 
 For each MLPerf Tiny model (``mcu_npu.models.mlperf_tiny``: DS-CNN, MobileNetV1-0.25,
 ResNet-8, the autoencoder) and target it compiles once, calibrating on ``--samples`` standard
-normal samples, and prints from the compile report's ``memory`` (``mcu_npu.report.memory``),
+normal samples, and prints from the compile report's ``memory`` (``mcu_npu.estimate.memory``),
 all in bytes:
 
 * pte: the program's size; npu: its NPU payloads (weights + command streams); w: of which

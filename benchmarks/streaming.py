@@ -41,7 +41,7 @@ import torch
 
 import mcu_npu
 from mcu_npu.models.streaming import DelayRing, ds_cnn_stream, example_sequence, gru_kws
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 
 MODELS = {"gru_kws": (gru_kws, 10), "ds_cnn_stream": (ds_cnn_stream, 40)}
 WINDOW = 49

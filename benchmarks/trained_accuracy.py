@@ -60,7 +60,7 @@ import torch
 
 from mcu_npu.models.trained import FOLDED, TASKS, Task, evaluate, task
 from mcu_npu.models.trained.data import FOLDS
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 
 TARGETS = ("imxrt700", "corstone-300", "corstone-320")
 ARM = ("ethos-u55-128", "ethos-u85-256")

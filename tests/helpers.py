@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import torch
 
-from mcu_npu.report.metrics import sqnr_db  # noqa: F401  (re-exported for tests)
+from mcu_npu.estimate.metrics import sqnr_db  # noqa: F401  (re-exported for tests)
 from mcu_npu.flow.edge import to_edge_program
 from mcu_npu.flow.export import export_module
 from mcu_npu.quantization import NpuQuantizer, quantize

@@ -11,7 +11,7 @@ import torch.nn as nn
 import mcu_npu
 from helpers import calibration_set, reference_output_steps
 from mcu_npu.backend.compile_spec import NpuCompileSpec
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 from mcu_npu.report import Kernel, OpPlacement
 
 

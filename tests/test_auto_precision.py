@@ -18,7 +18,7 @@ from mcu_npu.flow import quantize as quantize_flow
 from mcu_npu.flow import run as run_flow
 from mcu_npu.flow.auto_precision import op_losses
 from mcu_npu.graph.ids import node_id
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 from mcu_npu.report import OpPlacement
 
 from zoo.model_compiles import KeywordSpotter

@@ -16,8 +16,8 @@ from mcu_npu.backend.cortex_m import cortex_m_core
 from mcu_npu.models.mlperf_tiny import ds_cnn
 from mcu_npu.npu.ethos_u.vela_run import architecture, VelaOptions
 from mcu_npu.quantization.exact import run_exact
-from mcu_npu.report.cpu_cycles import core_model
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.cpu_cycles import core_model
+from mcu_npu.estimate.metrics import sqnr_db
 from mcu_npu.targets import NpuKind, get_target, targets, vela_ini
 
 from helpers import sqnr_holds

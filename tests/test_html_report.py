@@ -23,7 +23,7 @@ from helpers import MixedNpuCpu, calibration_set
 from mcu_npu.cli import main
 from mcu_npu.npu.ethos_u import vela_run as vela_run
 from mcu_npu.report import Kernel, OpPlacement, Report
-from mcu_npu.report.latency import PEAK_BASIS, VELA_LAYER_BASIS, npu_op_times
+from mcu_npu.estimate.latency import PEAK_BASIS, VELA_LAYER_BASIS, npu_op_times
 from mcu_npu.report.placement_svg import KERNEL_COLOURS, layers
 from mcu_npu.targets import get_target
 

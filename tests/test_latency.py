@@ -1,4 +1,4 @@
-"""The whole-model latency estimate (``mcu_npu.report.latency``): NPU rows from Vela's total
+"""The whole-model latency estimate (``mcu_npu.estimate.latency``): NPU rows from Vela's total
 cycles or the Neutron bound, CPU rows from the Cortex-M cycle model, the runtime's transposes
 and copies around delegate calls, and the model against published MLPerf Tiny latencies."""
 
@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 import mcu_npu
-from mcu_npu.report.cpu_cycles import CORES
-from mcu_npu.report.published import FIGURES, REFERENCE, TOLERANCE
+from mcu_npu.estimate.cpu_cycles import CORES
+from mcu_npu.estimate.published import FIGURES, REFERENCE, TOLERANCE
 
 
 class ConvNet(nn.Module):
@@ -171,7 +171,7 @@ def test_portable_float_ops_cost_scalar_cycles():
     elementwise op per element, a permute per byte; views cost nothing."""
     from executorch.exir import to_edge
 
-    from mcu_npu.report.cpu_cycles import op_work, work_cycles
+    from mcu_npu.estimate.cpu_cycles import op_work, work_cycles
 
     class Net(nn.Module):
         def __init__(self):
@@ -202,8 +202,8 @@ def test_portable_float_ops_cost_scalar_cycles():
 def test_quantize_cost_is_within_the_stated_factor_of_the_published_kernel_cycles():
     """Each published per-kernel figure (``KERNEL_FIGURES``) against the model's cost of the
     same call on the same core: within ``KERNEL_FACTOR`` either way, labelled published."""
-    from mcu_npu.report.cpu_cycles import Work, work_cycles
-    from mcu_npu.report.published import KERNEL_FACTOR, KERNEL_FIGURES
+    from mcu_npu.estimate.cpu_cycles import Work, work_cycles
+    from mcu_npu.estimate.published import KERNEL_FACTOR, KERNEL_FIGURES
 
     assert KERNEL_FIGURES
     for figure in KERNEL_FIGURES:

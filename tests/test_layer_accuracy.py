@@ -12,8 +12,8 @@ from torch import nn
 import mcu_npu
 from mcu_npu.flow import memory as api
 from mcu_npu.models.mlperf_tiny import mobilenet_v1_025
-from mcu_npu.report.layers import SOURCE_NPU, SOURCE_OUTPUT, SOURCE_REFERENCE, \
-    layer_lines
+from mcu_npu.estimate.layers import SOURCE_NPU, SOURCE_OUTPUT, SOURCE_REFERENCE
+from mcu_npu.report.text import layer_lines
 from mcu_npu.runtime.npu_emulator import recording_tensors
 from mcu_npu.tflite.ops_aliases import QUANTIZE, aten
 

@@ -14,7 +14,8 @@ import mcu_npu
 from mcu_npu.errors import MemoryFitError
 from mcu_npu.npu.ethos_u import payload as ethosu_payload
 from mcu_npu.npu.neutron import payload as neutron_payload
-from mcu_npu.report.memory import check_fit, memory_lines, memory_report, payload_figures
+from mcu_npu.estimate.memory import check_fit, memory_report, payload_figures
+from mcu_npu.report.text import memory_lines
 from mcu_npu.runtime.pte import Program
 from mcu_npu.targets import MEMORY_KINDS, get_target, targets
 

@@ -17,7 +17,7 @@ from torch import nn
 import mcu_npu
 from helpers import sqnr_holds
 from mcu_npu import InputSpec
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 from test_program_inputs import MEAN, STD, ImageNet, pixels
 
 TARGETS = ("imxrt700", "corstone-300")

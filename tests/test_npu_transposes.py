@@ -17,7 +17,7 @@ import mcu_npu
 from device_checks import assert_neutron_io_matches, delegate_io
 from helpers import sqnr_holds
 from mcu_npu.npu.neutron import payload as nxp
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 from mcu_npu.targets import NeutronLimits
 from mcu_npu.tflite.describe import op_names
 

@@ -20,7 +20,7 @@ from torch import nn
 import mcu_npu
 from helpers import run_cli, sqnr_holds
 from mcu_npu.errors import ConfigError
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 from mcu_npu.runtime import load_program
 
 TARGETS = ("imxrt700", "corstone-300")

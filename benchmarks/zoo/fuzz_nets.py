@@ -780,7 +780,7 @@ def check(spec, target: str, npu_compiler: str = "auto"):
       model within 1 dB of the reference's."""
     import mcu_npu
     from .checks import assert_loads_in_executorch
-    from mcu_npu.report.metrics import sqnr_db
+    from mcu_npu.estimate.metrics import sqnr_db
     from mcu_npu.quantization.exact import run_exact
 
     model, example, calibration, tests = build(spec)

@@ -209,7 +209,7 @@ def settle_batch_norm(model: torch.nn.Module, batch: torch.Tensor) -> None:
 def measure(prog, model, tests) -> dict:
     """SQNR against the float model of the host run and of the quantized reference, over all
     outputs of ``tests``."""
-    from mcu_npu.report.metrics import flat_outputs, sqnr_db
+    from mcu_npu.estimate.metrics import flat_outputs, sqnr_db
     from mcu_npu.quantization.exact import run_exact
 
     flo, run, ref = [], [], []

@@ -20,7 +20,7 @@ from .progress import reporting
 from .quantization.calibration import DEFAULT as DEFAULT_CALIBRATION
 from .quantization.precision import AutoPrecision
 from .report import Report
-from .report.stream import stream_budget
+from .estimate.stream import stream_budget
 from .runtime import load_program
 from .runtime.pte import read_bytes
 
@@ -54,7 +54,7 @@ class CompiledProgram:
     def accuracy(self, samples) -> list[dict]:
         """Per-layer error on ``samples`` (tuples of model inputs, or tensors of a
         one-input model): one row per compute op, sorted so the op where accuracy is lost
-        comes first (``mcu_npu.report.layers``)."""
+        comes first (``mcu_npu.estimate.layers``)."""
         from .flow.measure import host_run, layer_errors
 
         return layer_errors(self.report, self.reference, self.float_model,
@@ -405,7 +405,7 @@ class LoadedProgram:
 
             fill_report(report, self._program)
         if not report.memory:
-            from .report.memory import memory_report
+            from .estimate.memory import memory_report
 
             report.memory = memory_report(self._program, None, report)
         return report

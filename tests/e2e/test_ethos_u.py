@@ -12,7 +12,7 @@ from mcu_npu.quantization.exact import run_exact
 from mcu_npu.device.payload import host_graph_key
 from mcu_npu.models.mlperf_tiny import MODELS
 from mcu_npu.npu.ethos_u import payload as ethosu_payload
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 
 from zoo import model_compiles
 from device_checks import assert_ethos_u_io_matches

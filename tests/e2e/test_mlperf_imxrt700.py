@@ -12,7 +12,7 @@ import torch
 
 import mcu_npu
 from mcu_npu.quantization.exact import run_exact
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 from mcu_npu.models.mlperf_tiny import MODELS
 
 from zoo import model_compiles

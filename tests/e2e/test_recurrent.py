@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mcu_npu.quantization.exact import run_exact
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 
 from helpers import assert_loads_in_executorch, sqnr_holds
 from zoo.model_compiles import RECURRENT, recurrent, same_compile

@@ -14,7 +14,7 @@ import torch
 
 import mcu_npu
 from mcu_npu.models.streaming import DelayRing, causal_tcn, example_sequence, gru_kws
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 from stream_models import BUFFERED, CellIO, LSTMCellIO, OneStepGRU, carried, frames
 
 TARGETS = ["corstone-300", "corstone-320", "imxrt700"]

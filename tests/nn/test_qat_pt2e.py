@@ -9,7 +9,7 @@ import torch.nn as nn
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
 
 from mcu_npu import nn as qnn
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 from mcu_npu.quantization import NpuQuantizer
 
 

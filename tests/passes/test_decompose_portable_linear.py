@@ -15,7 +15,7 @@ import mcu_npu
 from zoo.attention_spellings import spelling
 from helpers import calibration_set, sqnr_holds
 from mcu_npu.passes.edge import DecomposePortableLinear
-from mcu_npu.report.metrics import sqnr_db
+from mcu_npu.estimate.metrics import sqnr_db
 from mcu_npu.runtime.pte import load
 
 aten = exir_ops.edge.aten

@@ -20,7 +20,7 @@ from mcu_npu.passes.aten import ConvertRepeatToBroadcast, ConvertStridedViewToSl
     StackByConcat
 from mcu_npu.quantization.exact import run_exact
 from mcu_npu.report import Kernel
-from mcu_npu.report.metrics import flat_outputs, sqnr_db
+from mcu_npu.estimate.metrics import flat_outputs, sqnr_db
 
 aten = torch.ops.aten
 FRAMES = 100

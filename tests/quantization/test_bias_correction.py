@@ -13,7 +13,7 @@ import mcu_npu
 from mcu_npu.errors import ConfigError
 from mcu_npu.quantization.calibration import bias_correction, whole_model
 from mcu_npu.quantization.exact import run_exact
-from mcu_npu.report.metrics import flat_outputs, sqnr_db
+from mcu_npu.estimate.metrics import flat_outputs, sqnr_db
 
 
 class Separable(nn.Module):

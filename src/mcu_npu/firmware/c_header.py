@@ -76,7 +76,7 @@ AUTO_SECTION = "auto"
 def section_for(report, name: str) -> str:
     """The section of the region that holds the program: ``.<region>.<name>``;
     ``.rodata.<name>`` when the report names no memory map."""
-    from ..report.memory import placed_target
+    from ..estimate.memory import placed_target
 
     target = placed_target(report)
     region = target.region_for("program") if target is not None else None
@@ -84,7 +84,7 @@ def section_for(report, name: str) -> str:
 
 
 def _region_defines(prefix: str, report, fast_scratch: int) -> list[str]:
-    from ..report.memory import placed_target
+    from ..estimate.memory import placed_target
 
     target = placed_target(report)
     if target is None or not target.memory:
@@ -167,7 +167,7 @@ def header_text(buffer: bytes, report=None, *, name: str = "model_pte",
     """The header's text (see the module docstring). ``bundled``: a
     ``devtools.bundled.Bundle`` of this program, which the array then holds instead of the
     ``.pte``, with its test-case count and tolerance as ``#define``s."""
-    from ..report.memory import program_figures
+    from ..estimate.memory import program_figures
     from ..runtime.pte import Program
 
     check_name(name)

@@ -324,7 +324,7 @@ def _bytes(report) -> int | None:
 def host_sqnr_db(prog, samples: list[tuple]) -> float:
     """SQNR (dB) of the host-run ``prog`` against its float model on ``samples``, as
     ``report.accuracy["sqnr_db"]`` is measured (all outputs)."""
-    from ..report.metrics import flat_outputs, sqnr_db
+    from ..estimate.metrics import flat_outputs, sqnr_db
 
     floats, tests = [], []
     with torch.no_grad():

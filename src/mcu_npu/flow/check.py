@@ -10,7 +10,7 @@ from ..errors import stage
 from ..firmware import deployability
 from ..firmware.check import io_problems_of, layout_problems
 from ..firmware.kernels_list import fill_report
-from ..report.memory import check_fit, memory_report
+from ..estimate.memory import check_fit, memory_report
 from ..runtime.pte import Program
 from .memory import Lowered
 

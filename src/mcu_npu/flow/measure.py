@@ -16,8 +16,8 @@ from ..errors import ConfigError, stage
 from ..graph.ids import node_id
 from ..quantization.exact import exact_runner, run_exact
 from ..report import Report
-from ..report.layers import layer_rows
-from ..report.metrics import flat_outputs, sqnr_db
+from ..estimate.layers import layer_rows
+from ..estimate.metrics import flat_outputs, sqnr_db
 from ..targets import get_target
 from .edge import to_edge_program
 from .export import export_module
@@ -116,7 +116,7 @@ def layer_errors(report: Report, reference: GraphModule | None, float_model, run
     """The per-layer error of the program ``report`` describes on ``samples`` (tuples of
     float model inputs, or tensors of a one-input model): the float model as it was
     quantized and the Edge names of the reference's nodes, handed with the host run to
-    ``report.layers.layer_rows``."""
+    ``estimate.layers.layer_rows``."""
     if reference is None or float_model is None:
         raise ConfigError("per-layer error needs the program as compiled in this process "
                           "(its float model and quantized reference); a loaded .pte has "

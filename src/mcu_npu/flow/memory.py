@@ -32,7 +32,7 @@ import torch
 from ..errors import stage
 from ..partition.plan import Plan
 from ..report import Report
-from ..report.memory import memory_report
+from ..estimate.memory import memory_report
 from ..targets import Target
 from .int8_io import int8_io
 from .lower import lower

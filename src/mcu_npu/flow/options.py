@@ -15,7 +15,7 @@ from ..errors import ConfigError
 from ..quantization.calibration import DEFAULT
 from ..quantization.precision import AutoPrecision, PrecisionRequest, parse_precision
 from ..report import check_io
-from ..report.stream import check_frame_period
+from ..estimate.stream import check_frame_period
 from ..targets import Target, get_target
 from .inputs import (check_bias_correction, check_calibration_method, check_memory,
                      check_npu_compiler)

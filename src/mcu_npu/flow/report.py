@@ -21,7 +21,7 @@ from ..quantization.calibration.records import CALIBRATION_KEY
 from ..quantization.calibration.bias_correction import CORRECTED_KEY
 from ..quantization.calibration.whole_model import CHECK_KEY
 from ..report.calibration import calibration_section
-from ..report.latency import estimate_latency
+from ..estimate.latency import estimate_latency
 
 ACTIVATION_UNIT_NOTE = (
     "int16 sigmoid and tanh run on the Ethos-U's activation unit (Vela rescales their input "

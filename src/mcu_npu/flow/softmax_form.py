@@ -22,7 +22,7 @@ from torch.fx import GraphModule, Node
 from ..errors import first_line, stage
 from ..program_state import leaves
 from ..quantization.exact import exact_runner
-from ..report.metrics import flat_outputs, sqnr_db
+from ..estimate.metrics import flat_outputs, sqnr_db
 from ..tflite.ops.softmax import MAX_TABLE_CLASSES, TABLES, simulate_tables
 from .approximate import MAX_LOSS_DB
 

@@ -68,7 +68,7 @@ class NpuFamily:
     runtime_record: Callable[[list], dict]
     """What its device runtime must read, for the report's versions record."""
     memory_figures: Callable[[bytes], dict]
-    """Flash parts and per-call scratch of one payload (``report.memory.payload_figures``)."""
+    """Flash parts and per-call scratch of one payload (``estimate.memory.payload_figures``)."""
     payload_problems: Callable[[bytes, list, list, object], list] = no_payload_problems
     """(payload, input tensors, output tensors, target) -> why its runtime or driver would
     refuse the payload itself, for ``mcu-npu check`` (the I/O rules are checked apart)."""

@@ -122,9 +122,9 @@ class Report:
     kernel_problems: list[str] = field(default_factory=list)
     memory: dict = field(default_factory=dict)
     """Flash and RAM the program needs against the target's memory regions
-    (``report.memory.memory_report``); read from the serialized program like ``kernels``."""
+    (``estimate.memory.memory_report``); read from the serialized program like ``kernels``."""
     layers: list[dict] = field(default_factory=list)
-    """Per-layer error (``report.layers.layer_errors``): one row per compute op, the op where
+    """Per-layer error (``estimate.layers.layer_errors``): one row per compute op, the op where
     accuracy is lost first; empty unless accuracy samples were given."""
     precision: dict = field(default_factory=dict)
     """The activation precision asked for (``request``: default and overrides, or "auto")
@@ -132,7 +132,7 @@ class Report:
     "auto", ``auto`` records the search (the int8 baseline, each layer raised and what it
     cost, the outcome)."""
     latency: dict = field(default_factory=dict)
-    """Whole-model latency estimate (``report.latency.estimate_latency``): ``latency_us``, ``npu_us``,
+    """Whole-model latency estimate (``estimate.latency.estimate_latency``): ``latency_us``, ``npu_us``,
     ``cpu_us`` and one row per executed step."""
     placement: dict = field(default_factory=dict)
     """Where the program lives (``flow.memory``): ``memory`` the placement, ``asked``
@@ -150,7 +150,7 @@ class Report:
     per tensor its name, shape, dtype, bytes and int8 encoding; where they live is in
     ``memory["state"]``."""
     stream: dict = field(default_factory=dict)
-    """A stream's cost (``report.stream.stream_budget``): per-call time, state bytes and,
+    """A stream's cost (``estimate.stream.stream_budget``): per-call time, state bytes and,
     with ``compile(..., frame_period_ms=)``, the real-time margin at that frame period."""
     device_only: bool = False
     """Read from the device program alone (its companion file absent): no per-op placement,
@@ -264,7 +264,7 @@ class Report:
             if key in s:
                 lines.append(f"{label(key)} {s[key]:,}{' B' if key.endswith('bytes') else ''}")
         lines += self._latency_lines()
-        from .stream import stream_lines
+        from .text import stream_lines
 
         lines += stream_lines(self.stream)
         for key, value in self.accuracy.items():
@@ -297,11 +297,11 @@ class Report:
         lines += self._io_lines()
         lines += self._state_lines()
         if self.layers:
-            from .layers import layer_lines
+            from .text import layer_lines
 
             lines += ["", "per-layer error (largest loss first; dB against the float model)"]
             lines += ["  " + line for line in layer_lines(self.layers)]
-        from .memory import memory_lines, placement_lines
+        from .text import memory_lines, placement_lines
 
         lines += memory_lines(self.memory) + placement_lines(self.placement)
         lines += self._kernel_lines()
@@ -310,7 +310,7 @@ class Report:
 
     def _device_only_lines(self) -> list[str]:
         """The text of a report read from the device program alone."""
-        from .memory import memory_lines
+        from .text import memory_lines
 
         lines = [f"target {self.target}   NPU compiler {self.npu_compiler}",
                  f"{len(self.partitions)} NPU partition(s); read from the device program "

@@ -439,7 +439,7 @@ def _io_section(io: dict, program_io: dict | None = None) -> str:
 def _state_section(state: list, stream: dict) -> str:
     """The stream's per-call cost against its frame period, and the tensors the program
     keeps between calls, with their bytes and encoding."""
-    from .stream import stream_lines
+    from .text import stream_lines
 
     lines = stream_lines(stream)
     budget = f"<p>{escape(lines[0])}</p>" if lines else ""

@@ -6,7 +6,7 @@ pooling, softmax and quantize/dequantize, bytes for transposes and copies), read
 node's shapes (``meta["val"]``) and arguments. Cycles are ``per_call + coefficient * work``
 with one coefficient per class and core (``CORES``).
 
-Where the coefficients come from (``report.published`` keeps the figures with sources):
+Where the coefficients come from (``estimate.published`` keeps the figures with sources):
 
 - **Cortex-M33** (DSP extension, no Helium; i.MX RT700): the MAC-bound classes (conv,
   depthwise, fully connected) are fitted to the four MLPerf Tiny v1.3 medians of the
@@ -79,7 +79,7 @@ class CoreModel:
     set-up (assumed)."""
     published: frozenset = frozenset()
     """Per-element classes whose coefficient is a published kernel's cycles
-    (``report.published.KERNEL_FIGURES``), not an assumption."""
+    (``estimate.published.KERNEL_FIGURES``), not an assumption."""
     basis: str
     """The published figures the MAC coefficients were fitted to."""
 

@@ -39,18 +39,3 @@ def stream_budget(report, frame_period_ms: float | None) -> dict:
                    load=round(out["per_call_us"] / period_us, 6),
                    real_time=out["per_call_us"] <= period_us)
     return out
-
-
-def stream_lines(stream: dict) -> list[str]:
-    """The stream's figures as report text lines (none for an empty ``stream``)."""
-    if not stream or stream.get("per_call_us") is None:
-        return []
-    line = f"stream: {stream['per_call_us']:,.1f} us per call (estimate)"
-    if stream.get("state_tensors"):
-        line += f", state {stream['state_bytes']:,} B kept between calls"
-    if "frame_period_ms" in stream:
-        verdict = "fits" if stream["real_time"] else "DOES NOT FIT"
-        line += (f"; at one call every {stream['frame_period_ms']:g} ms a call {verdict}: "
-                 f"{100 * stream['load']:.2f}% of the period, "
-                 f"{stream['margin_us']:,.1f} us to spare")
-    return [line]

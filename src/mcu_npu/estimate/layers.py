@@ -108,20 +108,6 @@ def layer_rows(ops, reference: GraphModule, float_graph: GraphModule, edge_ids: 
     return sorted(rows, key=_order)
 
 
-def layer_lines(rows: list[dict]) -> list[str]:
-    """The per-layer table as text lines (the rows in their order)."""
-    header = ("node", "op", "runs on", "host", "SQNR dB", "ref dB", "gap dB", "max steps",
-              "loss dB", "measured at")
-    table = [header]
-    for r in rows:
-        at = r["measured_at"] if r["measured_at"] != r["node"] else ""
-        table.append((r["node"], r["op"], r["runs_on"], r["source"], _text(r["sqnr_db"]),
-                      _text(r["reference_sqnr_db"]), _text(r["gap_db"]),
-                      _text(r["max_error_steps"]), _text(r["loss_db"]), at))
-    widths = [max(len(t[i]) for t in table) for i in range(len(header))]
-    return ["  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() for t in table]
-
-
 def stored_size(ops) -> int:
     """An upper bound of the bytes the rows of ``ops`` (``OpPlacement``) take in the
     report's compact JSON: room to reserve in the ``.pte`` before the program exists."""
@@ -129,12 +115,6 @@ def stored_size(ops) -> int:
 
 
 _ROW_FIXED = 260  # keys, the source, seven numbers (-123.45, inf, null) and punctuation
-
-
-def _text(x) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.2f}" if math.isfinite(x) else str(x)
 
 
 # -- the three runs ---------------------------------------------------------------------------
