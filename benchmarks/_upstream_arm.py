@@ -28,6 +28,7 @@ Benchmarks may import ``executorch.backends.arm``; product code never does.
 from __future__ import annotations
 
 import contextlib
+import io
 import operator
 import time
 
@@ -199,6 +200,20 @@ def compile_upstream(model: torch.nn.Module, example_inputs: tuple, calibration:
     if keep_pte:
         out["pte"] = pte
     return out
+
+
+def arm_flow(model: torch.nn.Module, example_inputs: tuple, calibration: list, target: str,
+             options: dict) -> dict:
+    """Upstream's flow as a compile flow of ``mcu_npu.grid`` (named
+    ``"_upstream_arm:arm_flow"``): the ``.pte``, what runs on the NPU, and Vela's flags as
+    the extra figure ``vela``; the summary Vela prints is left out of the grid's output. It
+    takes none of ``mcu_npu.compile``'s options."""
+    if options:
+        raise ValueError(f"upstream's Arm flow takes no options, given {sorted(options)}")
+    with contextlib.redirect_stdout(io.StringIO()):
+        r = compile_upstream(model, example_inputs, calibration, target, keep_pte=True)
+    return {"pte": r["pte"], "ops_on_npu": r["ops_on_npu"], "ops_total": r["ops_total"],
+            "partitions": r["partitions"], "extra": {"vela": " ".join(r["vela_flags"])}}
 
 
 def _clock_hz(flags: list[str]) -> float | None:
