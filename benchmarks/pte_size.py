@@ -13,7 +13,7 @@ Models (``--set``): ``mlperf``, the four MLPerf Tiny models of ``mcu_npu.models.
 Targets ``ethos-u55-128`` and ``ethos-u85-256``. The rows are one ``mcu_npu.grid.sweep``:
 models x targets x two compile flows, each cell in a process of its own (``--timeout``
 seconds each, ``-j`` at a time). Both flows get the same weights and the same ``--samples``
-calibration samples (the model's factory, ``model_factory``) and the same Vela:
+calibration samples (``ethos_u.model_factory``) and the same Vela:
 
 * ours:     ``mcu_npu.compile`` (the grid's own flow);
 * upstream: ``executorch.backends.arm``'s flow (``_upstream_arm.arm_flow``, named to the grid).
@@ -54,7 +54,7 @@ from collections import Counter
 import torch
 
 import tiny_models
-from ethos_u import MLPERF, TARGETS, build_model, calibration_set
+from ethos_u import MLPERF, TARGETS, build_model, model_factory
 from mcu_npu.grid import sweep
 
 SOFTMAX = "+softmax"
@@ -87,13 +87,6 @@ def build(name: str):
     if name in tiny_models.MODELS:
         return tiny_models.MODELS[name]()
     return build_model(name)
-
-
-def model_factory(name: str, samples: int, seed: int):
-    """A grid cell's model: (model, example_inputs, ``samples`` calibration samples), the
-    same in every worker (the models' weights and the samples are seeded)."""
-    model, example = build(name)
-    return model, example, calibration_set(example, samples, seed)
 
 
 HOST_GRAPH_PREFIX, REPORT_KEY = "mcu_npu.host_graph.", "mcu_npu.report"
@@ -254,10 +247,12 @@ def print_tables(results: dict) -> None:
     print("\nVela settings")
     seen = set()
     for (_, target), (o, u) in results.items():
-        for who, r, vela in (("ours", o, our_vela_settings), ("upstream", u, None)):
+        for who, r in (("ours", o), ("upstream", u)):
             if r.ok and (who, target) not in seen:
                 seen.add((who, target))
-                print(f"  {target} {who}: {vela(target) if vela else r.extra['vela']}")
+                vela = our_vela_settings(target) if who == "ours" else \
+                    " ".join(r.extra["vela_flags"])
+                print(f"  {target} {who}: {vela}")
 
 
 def print_ratios(results: dict) -> None:
@@ -308,7 +303,7 @@ def main(argv=None) -> int:
                     help="compiles at a time (default: one per core)")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the rows here")
     args = ap.parse_args(argv)
-    models = {name: functools.partial(model_factory, name, args.samples, args.seed)
+    models = {name: functools.partial(model_factory, name, args.samples, args.seed, build)
               for name in args.models or SETS[args.set]}
     grid = sweep(models, args.targets, flows=FLOWS, extras=pte_parts, timeout=args.timeout,
                  workers=args.workers, progress=False, on_row=show)

@@ -19,6 +19,13 @@ def failing_flow(model, example_inputs, calibration, target, options):
     raise RuntimeError("this flow cannot compile the model")
 
 
+def exiting_flow(model, example_inputs, calibration, target, options):
+    """A flow whose tool ends with ``sys.exit`` (as a command line's argument parser does)."""
+    import sys
+
+    sys.exit("vela: error: unrecognized arguments")
+
+
 def pte_figures(pte: bytes) -> dict:
     """The size of the ``.pte`` as read here and its file identifier (bytes 4 to 8)."""
     return {"pte B": len(pte), "identifier": pte[4:8].decode(errors="replace")}

@@ -1,7 +1,7 @@
 """The grid's flow axis (``mcu_npu.grid``): one cell per model, target and compile flow,
 ``mcu_npu.compile`` beside another flow named by its function; each row names its flow,
 carries the figures that flow and the ``extras`` function gave (extra table columns, kept in
-the JSON), and a flow that raises is that row's error.
+the JSON), and a flow that raises, or exits, is that row's error.
 
 The flows are ``tests/grid_flows.py``'s, the model ``tests/grid_models.py``'s."""
 
@@ -26,10 +26,11 @@ FLOWS = str(HERE / "grid_flows.py")
 
 
 def test_each_flow_is_a_row_with_its_figures_and_a_failing_flow_is_its_error():
-    flows = {"ours": None, "tiny": f"{FLOWS}:tiny_flow", "failing": f"{FLOWS}:failing_flow"}
+    flows = {"ours": None, "tiny": f"{FLOWS}:tiny_flow", "failing": f"{FLOWS}:failing_flow",
+             "exiting": f"{FLOWS}:exiting_flow"}
     grid = sweep([f"{MODELS}:tiny_cnn"], ["corstone-300"], workers=2, progress=False,
                  flows=flows, extras=f"{FLOWS}:pte_figures")
-    ours, tiny, failing = grid.rows
+    ours, tiny, failing, exiting = grid.rows
     assert [(r.model, r.target, r.flow) for r in grid.rows] == [
         ("tiny_cnn", "corstone-300", f) for f in flows]
     # mcu_npu.compile's row: its own figures, and the extras read from its .pte
@@ -43,6 +44,7 @@ def test_each_flow_is_a_row_with_its_figures_and_a_failing_flow_is_its_error():
     assert tiny.extra == {"calibration": 8, "pte B": len(pte), "identifier": "TINY"}
     assert failing.error == "RuntimeError: this flow cannot compile the model"
     assert failing.flow == "failing" and failing.extra == {}
+    assert exiting.error == "SystemExit: vela: error: unrecognized arguments"
     # the table: a flow column, the extra figures as columns (in the order they first
     # come); the JSON keeps them
     text = str(grid)
@@ -53,7 +55,7 @@ def test_each_flow_is_a_row_with_its_figures_and_a_failing_flow_is_its_error():
     assert lines["ours"].split()[-3:] == [f"{ours.pte_bytes:,}", "ET12", "-"]
     assert lines["tiny"].split()[-3:] == [f"{len(pte):,}", "TINY", "8"]
     assert "error: RuntimeError: this flow cannot compile the model" in text
-    assert "x 3 flows" in grid.title
+    assert "x 4 flows" in grid.title
     back = grid_from_json(grid.to_json())
     assert back.rows == grid.rows
     assert json.loads(grid.to_json())["rows"][1]["extra"] == tiny.extra

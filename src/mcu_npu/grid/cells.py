@@ -148,7 +148,8 @@ def _asked(cell: Cell) -> dict:
 
 def run_cell(cell: Cell) -> Row:
     """Compile ``cell`` in this process and measure it; a failure is the row's ``error``
-    (the exception's type and first line). mcu-npu's warnings go into ``warnings``."""
+    (the exception's type and first line; a ``sys.exit`` too). mcu-npu's warnings go into
+    ``warnings``."""
     asked = _asked(cell)
     start = time.monotonic()
     try:
@@ -157,7 +158,8 @@ def run_cell(cell: Cell) -> Row:
             row, pte = (_compile_row if cell.flow is None else _flow_row)(cell, asked)
             if cell.extras is not None:
                 row = replace(row, extra={**row.extra, **dict(factory(cell.extras)(pte))})
-    except Exception as exc:  # noqa: BLE001  (a failed compile is a row, whatever raised it)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  (a failed compile is a row,
+        # whatever raised it; a tool's command line inside a compile may call sys.exit)
         return Row(**asked, error=f"{type(exc).__name__}: {first_line(exc)}",
                    seconds=time.monotonic() - start)
     # mcu-npu's warnings point at its caller, ``_compile_row`` here; others' at themselves
