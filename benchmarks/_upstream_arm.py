@@ -28,6 +28,7 @@ Benchmarks may import ``executorch.backends.arm``; product code never does.
 from __future__ import annotations
 
 import contextlib
+import io
 import operator
 import time
 
@@ -199,6 +200,28 @@ def compile_upstream(model: torch.nn.Module, example_inputs: tuple, calibration:
     if keep_pte:
         out["pte"] = pte
     return out
+
+
+def arm_flow(model: torch.nn.Module, example_inputs: tuple, calibration: list, target: str,
+             options: dict) -> dict:
+    """Upstream's flow as a compile flow of ``mcu_npu.grid`` (named
+    ``"_upstream_arm:arm_flow"``): the ``.pte``, what runs on the NPU, and every figure of
+    ``compile_upstream`` as the row's ``extra``; the summary Vela prints is left out of the
+    grid's output. It takes none of ``mcu_npu.compile``'s options."""
+    if options:
+        raise ValueError(f"upstream's Arm flow takes no options, given {sorted(options)}")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            r = compile_upstream(model, example_inputs, calibration, target, keep_pte=True)
+    except Exception as exc:
+        if "tosa_serializer" not in str(exc):
+            raise
+        raise RuntimeError(f"{type(exc).__name__}: {exc} -- executorch.backends.arm needs the "
+                           f"TOSA serializer: pip install --no-deps tosa-tools==2026.5.0") from exc
+    pte = r.pop("pte")
+    del r["ok"]
+    return {"pte": pte, "ops_on_npu": r["ops_on_npu"], "ops_total": r["ops_total"],
+            "partitions": r["partitions"], "extra": r}
 
 
 def _clock_hz(flags: list[str]) -> float | None:

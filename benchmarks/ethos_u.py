@@ -12,9 +12,9 @@ classifiers, a 2-layer GRU-64 over 49 steps (+ Linear(64, 12) on the last step, 
 [1, 49, 64]) and a bidirectional GRU-32 over 20 steps (+ Linear(64, 4), input [1, 20, 16]).
 Targets: ``ethos-u55-128`` and ``ethos-u85-256``.
 
-Both flows get the same model (its weights are saved once and loaded by both) and the same
-calibration data: ``--samples`` (16) standard-normal samples of the example inputs' shapes
-from ``torch.Generator().manual_seed(--seed)``.
+Both flows get the same model (a seeded factory: every process builds the same weights)
+and the same calibration data: ``--samples`` (16) standard-normal samples of the example
+inputs' shapes from ``torch.Generator().manual_seed(--seed)``.
 
 * ours:     ``mcu_npu.compile(model, example_inputs, target=T, calibration=cal)`` (npu_compiler
             "auto", which is Vela for an Ethos-U target). Figures from ``prog.report``.
@@ -28,12 +28,14 @@ from ``torch.Generator().manual_seed(--seed)``.
             calibration, convert_pt2e, ``torch.export``, ``to_edge_transform_and_lower`` with
             ``EthosUPartitioner``, ``to_executorch`` (see ``_upstream_arm.py``).
 
-Each compile runs in a fresh Python process of its own (one at a time), so neither flow is
-warmed up by the other, a Vela crash or a hang costs one row, and upstream's registrations
-never touch ours. The clock starts after the flow's modules are imported and stops when the
-``.pte`` bytes exist. Vela's figures are read on both sides from the ``PerfReport`` that
-Regor (Vela 5's compiler core) returns: the object the ``vela`` command prints and writes to
-its summary CSV. Estimates only: see the notes printed at the end.
+The compiles are the cells of one ``mcu_npu.grid`` run, the three flows its flow axis
+(``FLOWS``; their figures are the rows' ``extra``): each cell runs in a process of its own,
+``--jobs`` at a time, longest first, stopped at ``--timeout``, so neither flow is warmed up
+by the other, a Vela crash or a hang costs one row, and upstream's registrations never touch
+ours. The clock starts after the flow's modules are imported and stops when the ``.pte``
+bytes exist. Vela's figures are read on both sides from the ``PerfReport`` that Regor (Vela
+5's compiler core) returns: the object the ``vela`` command prints and writes to its summary
+CSV. Estimates only: see the notes printed at the end.
 
 This script prints only; it asserts nothing, and every failure is printed and skipped.
 """
@@ -41,19 +43,19 @@ This script prints only; it asserts nothing, and every failure is printed and sk
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
-import subprocess
 import sys
-import tempfile
 import time
-import traceback
 import warnings
-from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import torch
 from torch import nn
+
+from mcu_npu.grid import Cell
+from mcu_npu.grid.run import run_grid
 
 TARGETS = ("ethos-u55-128", "ethos-u85-256")
 from mcu_npu.models.mlperf_tiny import MODELS as MLPERF_TINY  # noqa: E402
@@ -125,14 +127,14 @@ def calibration_set(example_inputs: tuple, n: int, seed: int) -> list[tuple]:
             for _ in range(n)]
 
 
-# --------------------------------------------------------------------------- workers
+# --------------------------------------------------------------------------- flows
 
 
-def _load_job(path: str):
-    job = torch.load(path, weights_only=False)
-    model, _ = build_model(job["model"])
-    model.load_state_dict(job["state_dict"], strict=True)
-    return model.eval(), job["example_inputs"], job["calibration"]
+def model_factory(name: str, samples: int, seed: int, build=build_model):
+    """A grid cell's model: (model, example_inputs, ``samples`` calibration samples), built
+    alike in every worker (``build`` seeds the weights, ``calibration_set`` the samples)."""
+    model, example = build(name)
+    return model, example, calibration_set(example, samples, seed)
 
 
 def _summarise_partitions(parts: list[dict]) -> dict:
@@ -152,9 +154,13 @@ def _summarise_partitions(parts: list[dict]) -> dict:
             "encoded_weights": total("encoded_weights_bytes")}
 
 
-def worker_ours(model, example_inputs, calibration, target) -> dict:
+def ours_flow(model, example_inputs, calibration, target, options) -> dict:
+    """``mcu_npu.compile`` as a grid flow, timed as upstream's is (the clock starts after the
+    imports), with Vela's and the host accuracy check's share; the figures in ``extra``."""
+    import executorch.exir  # noqa: F401
     import mcu_npu
     import mcu_npu.flow.measure as measuring
+    import mcu_npu.flow.run  # noqa: F401
     from _upstream_arm import capture_regor
 
     accuracy_s = [0.0]
@@ -171,7 +177,8 @@ def worker_ours(model, example_inputs, calibration, target) -> dict:
     with capture_regor() as calls, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        prog = mcu_npu.compile(model, example_inputs, target=target, calibration=calibration)
+        prog = mcu_npu.compile(model, example_inputs, target=target, calibration=calibration,
+                               **options)
         pte = prog.buffer
         compile_s = time.perf_counter() - t0
     report = prog.report
@@ -183,23 +190,16 @@ def worker_ours(model, example_inputs, calibration, target) -> dict:
             cpu_kinds[o.op] = cpu_kinds.get(o.op, 0) + 1
             reasons.setdefault(o.op, o.reason)
     parts = [dict(p.stats) for p in report.partitions]
-    return {"ok": True, "compile_s": compile_s, "accuracy_s": accuracy_s[0],
-            "vela_s": sum(s for _, s in calls), "vela_runs": len(calls),
-            "ops_total": summary["ops_total"], "ops_on_npu": summary["ops_on_npu"],
-            "ops_on_cpu": summary["ops_on_cpu"], "macs": summary.get("macs", 0),
-            "npu_macs": summary.get("npu_macs", 0), "partitions": summary["partitions"],
-            "npu_compiler": summary["npu_compiler"], "cpu_op_kinds": cpu_kinds,
-            "cpu_reasons": reasons, "pte_bytes": len(pte), "partition_stats": parts,
-            "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str))},
-            "notes": list(report.notes)}
-
-
-def worker_upstream(model, example_inputs, calibration, target) -> dict:
-    import _upstream_arm
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _upstream_arm.compile_upstream(model, example_inputs, calibration, target)
+    return {"pte": bytes(pte), "extra": {
+        "compile_s": compile_s, "accuracy_s": accuracy_s[0],
+        "vela_s": sum(s for _, s in calls), "vela_runs": len(calls),
+        "ops_total": summary["ops_total"], "ops_on_npu": summary["ops_on_npu"],
+        "ops_on_cpu": summary["ops_on_cpu"], "macs": summary.get("macs", 0),
+        "npu_macs": summary.get("npu_macs", 0), "partitions": summary["partitions"],
+        "npu_compiler": summary["npu_compiler"], "cpu_op_kinds": cpu_kinds,
+        "cpu_reasons": reasons, "pte_bytes": len(pte), "partition_stats": parts,
+        "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str))},
+        "notes": list(report.notes)}}
 
 
 def channels_last(inputs: tuple) -> tuple:
@@ -207,77 +207,23 @@ def channels_last(inputs: tuple) -> tuple:
     return tuple(x.to(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
 
 
-def worker_main(flow: str, job: str, target: str, out: str) -> int:
-    try:
-        model, example_inputs, calibration = _load_job(job)
-        if flow == "ours_cl":
-            example_inputs = channels_last(example_inputs)
-            calibration = [channels_last(c) for c in calibration]
-        # import the flow's modules before the clock starts (both sides alike)
-        if flow in ("ours", "ours_cl"):
-            import mcu_npu.flow.run  # noqa: F401
-            import executorch.exir  # noqa: F401
-            result = worker_ours(model, example_inputs, calibration, target)
-        else:
-            import executorch.backends.arm  # noqa: F401
-            import executorch.exir  # noqa: F401
-            result = worker_upstream(model, example_inputs, calibration, target)
-        result.update(_summarise_partitions(result["partition_stats"]))
-    except BaseException as e:  # noqa: BLE001 - every failure becomes a printed row
-        tb = traceback.format_exc()
-        msg = " ".join(str(e).split())
-        result = {"ok": False, "error": f"{type(e).__name__}: {msg[:400]}",
-                  "traceback": tb[-4000:]}
-    with open(out, "w") as f:
-        json.dump(result, f)
-    return 0
+def ours_channels_last_flow(model, example_inputs, calibration, target, options) -> dict:
+    """``ours_flow`` with the image inputs and calibration samples channels-last."""
+    return ours_flow(model, channels_last(example_inputs),
+                     [channels_last(c) for c in calibration], target, options)
 
 
-def run_worker(flow: str, job: str, target: str, workdir: str, timeout: float,
-               threads: int | None = None) -> dict:
-    tag = f"{flow}_{os.path.basename(job).removesuffix('.pt')}_{target}"
-    out = os.path.join(workdir, tag + ".json")
-    log = os.path.join(workdir, tag + ".log")
-    env = dict(os.environ)
-    env.setdefault("PYTHONWARNINGS", "ignore")
-    if threads:
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            env[var] = str(threads)
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", flow, job, target, out]
-    t0 = time.perf_counter()
-    with open(log, "w") as f:
-        try:
-            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = None
-    wall = time.perf_counter() - t0
-    if os.path.exists(out):
-        with open(out) as f:
-            result = json.load(f)
-    elif code is None:
-        result = {"ok": False, "error": f"timed out after {timeout:.0f} s (--timeout)"}
-    else:
-        result = {"ok": False, "error": f"worker exited with code {code}: {_last_line(log)}"}
-    if not result.get("ok") and result.get("error", "").startswith("SystemExit"):
-        result["error"] += f" ({_last_line(log, 'error')})"  # e.g. Vela's argparse message
-    if "tosa_serializer" in result.get("error", ""):
-        result["error"] += (" -- executorch.backends.arm needs the TOSA serializer: "
-                            "pip install --no-deps tosa-tools==2026.5.0")
-    result["process_s"] = wall
-    result["log"] = log
-    return result
+FLOWS = {"ours": ours_flow, "ours_cl": ours_channels_last_flow,
+         "upstream": "_upstream_arm:arm_flow"}
+"""The grid's flows by the names the tables use."""
 
 
-def _last_line(path: str, containing: str = "") -> str:
-    try:
-        with open(path, errors="replace") as f:
-            lines = [ln.strip() for ln in f
-                     if ln.strip() and containing.lower() in ln.lower()]
-    except OSError:
-        return "(no log)"
-    return lines[-1][:300] if lines else "(empty log)"
+def figures(row) -> dict:
+    """A row as the tables read it: its flow's figures and the partitions' sums, or its
+    error."""
+    if not row.ok:
+        return {"ok": False, "error": row.error}
+    return {"ok": True, **row.extra, **_summarise_partitions(row.extra["partition_stats"])}
 
 
 # --------------------------------------------------------------------------- printing
@@ -586,8 +532,8 @@ def print_notes(with_upstream: bool, jobs: int = 1):
     print("\nNOTES")
     for n in NOTES if with_upstream else NOTES[:5]:
         print("  - " + n.format(vela=vela_v, et=et_v, cpus=os.cpu_count(), jobs=jobs,
-                                threads=" (each process single-threaded: OMP_NUM_THREADS=1)"
-                                if jobs > 1 else ""))
+                                threads=" (the cores shared between them: torch's and "
+                                "OpenMP's threads at cores / compiles)" if jobs > 1 else ""))
 
 
 # --------------------------------------------------------------------------- main
@@ -617,10 +563,6 @@ def reprint(path: str, args) -> int:
 
 
 def main(argv=None) -> int:
-    if argv is None:
-        argv = sys.argv[1:]
-    if argv[:1] == ["--worker"]:
-        return worker_main(*argv[1:5])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=None, choices=MLPERF + GRUS,
                     help="default: all (the GRU models unless --quick)")
@@ -631,14 +573,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=2024, help="calibration data generator seed")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per compile")
     ap.add_argument("--jobs", type=int, default=2,
-                    help="compiles run at once, each single-threaded when > 1 (default 2 on "
-                         "2 cores keeps the full run near 15 min; 1 = one at a time, "
-                         "all threads)")
+                    help="compiles run at once, sharing the cores (default 2 on 2 cores keeps "
+                         "the full run near 15 min; 1 = one at a time, all threads)")
     ap.add_argument("--json", default=None, help="also write the raw results here")
     ap.add_argument("--from-json", default=None, metavar="PATH",
                     help="print the tables of a run saved with --json; compiles nothing")
-    ap.add_argument("--keep-logs", action="store_true",
-                    help="keep the worker logs (the directory is printed)")
     args = ap.parse_args(argv)
     models = args.models or (list(MLPERF) if args.quick else list(MLPERF + GRUS))
     if args.quick and args.models:
@@ -646,60 +585,51 @@ def main(argv=None) -> int:
     with_upstream = not args.no_upstream
     if args.from_json:
         return reprint(args.from_json, args)
-    workdir = tempfile.mkdtemp(prefix="ethos_u_bench_")
     t_start = time.perf_counter()
     print(f"models: {', '.join(models)}\ntargets: {', '.join(args.targets)}\n"
           f"calibration: {args.samples} N(0,1) samples per model from "
           f"torch.Generator().manual_seed({args.seed}), the same for both flows and targets\n"
           f"flows: ours{' + upstream ExecuTorch Arm Ethos-U' if with_upstream else ''}; "
           f"one fresh process per compile, {args.jobs} at a time"
-          f"{' (each single-threaded)' if args.jobs > 1 else ''}, timeout {args.timeout:.0f} s")
+          f"{' (sharing the cores)' if args.jobs > 1 else ''}, timeout {args.timeout:.0f} s")
     sys.stdout.flush()
-    jobs_todo = []  # (expected cost, model, target, flow, job file)
+    cells = []  # (expected cost, cell)
     failed: dict = {}
     for name in models:
         try:
-            model, example = build_model(name)
-            cal = calibration_set(example, args.samples, args.seed)
-            job = os.path.join(workdir, f"{name}.pt")
-            torch.save({"model": name, "state_dict": model.state_dict(),
-                        "example_inputs": example, "calibration": cal}, job)
+            _, example = build_model(name)
         except Exception as e:  # noqa: BLE001
             failed[name] = {"ok": False, "error": f"model build failed: {type(e).__name__}: {e}"}
             continue
+        factory = functools.partial(model_factory, name, args.samples, args.seed)
         image = any(x.dim() == 4 for x in example)
         for t in args.targets:
             flows = ("upstream", "ours") if with_upstream else ("ours",)
             for flow in flows + (("ours_cl",) if image else ()):
                 cost = EXPECTED_S.get(name, 30) * (3 if flow == "upstream" else 1)
-                jobs_todo.append((cost, name, t, flow, job))
-    jobs_todo.sort(key=lambda j: -j[0])  # longest first: the two slots finish together
-    done: dict = {}
-    threads = 1 if args.jobs > 1 else None
+                cells.append((cost, Cell(factory, t, flow=FLOWS[flow], flow_name=flow)))
+    cells.sort(key=lambda c: -c[0])  # longest first: the slots finish together
 
-    def run(item):
-        _, name, t, flow, job = item
-        return item, run_worker(flow, job, t, workdir, args.timeout, threads)
+    def show(row):
+        r = figures(row)
+        state = f"compile {r['compile_s']:.1f} s" if r["ok"] else \
+            f"FAILED: {r['error'][:160]}"
+        print(f"[{time.perf_counter() - t_start:6.0f} s] {row.flow:<8} {row.model:<17} "
+              f"{row.target:<14} {state}", flush=True)
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for future in as_completed([pool.submit(run, j) for j in jobs_todo]):
-            (_, name, t, flow, _), r = future.result()
-            done[(name, t, flow)] = r
-            state = f"compile {r['compile_s']:.1f} s" if r.get("ok") else \
-                f"FAILED: {r.get('error', '')[:160]}"
-            print(f"[{time.perf_counter() - t_start:6.0f} s] {flow:<8} {name:<17} {t:<14} "
-                  f"{state}")
-            sys.stdout.flush()
+    rows = run_grid([c for _, c in cells], "ethos_u", workers=args.jobs, timeout=args.timeout,
+                    progress=False, on_row=show).rows if cells else []
+    done = {(r.model, r.target, r.flow): figures(r) for r in rows}
     results: dict = {}
     for name in models:
         for t in args.targets:
             if name in failed:
-                ours = up = failed[name]
+                ours = failed[name]
+                up = ours if with_upstream else None
             else:
-                ours = done.get((name, t, "ours"), {"ok": False, "error": "not run"})
-                up = done.get((name, t, "upstream"), {"ok": False, "error": "not run"})
-            results[(name, t)] = (ours, up if with_upstream else None)
-            print_pair(name, t, ours, up if with_upstream else None)
+                ours, up = done[(name, t, "ours")], done.get((name, t, "upstream"))
+            results[(name, t)] = (ours, up)
+            print_pair(name, t, ours, up)
     print_summary(results, models, args.targets, with_upstream)
     print_layouts(done, models, args.targets, with_upstream)
     print_issue_reference(results, with_upstream)
@@ -714,12 +644,6 @@ def main(argv=None) -> int:
                        "results": {f"{n}|{t}": {"ours": o, "upstream": u}
                                    for (n, t), (o, u) in results.items()}}, f, indent=1)
         print(f"raw results: {args.json}")
-    if args.keep_logs:
-        print(f"worker logs: {workdir}")
-    else:
-        import shutil
-
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -17,7 +17,7 @@ imxrt700), with the same weights and ``--samples`` calibration samples everywher
 * ``memory="auto"``: the placement it chose, its latency, and its compile time against the
   single compile of the placement it chose (``auto / single``);
 * upstream: ExecuTorch's Arm flow with its default compile spec for the NPU
-  (``_upstream_arm.compile_upstream``, in a fresh process via ``ethos_u.run_worker``):
+  (``_upstream_arm.arm_flow``, a cell of ``mcu_npu.grid`` in a process of its own):
   Vela's time for its partitions (its CPU ops are not timed: a lower bound of its
   latency). The i.MX RT700 has none here: upstream's NXP flow needs NXP's converter.
 
@@ -29,17 +29,16 @@ compile times. This script prints only; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 import warnings
 
-import torch
-
-from ethos_u import MLPERF, build_model, calibration_set, run_worker
+from ethos_u import FLOWS, MLPERF, figures, model_factory
+from mcu_npu.grid import Cell
+from mcu_npu.grid.run import run_grid
 
 TARGETS = ("corstone-300", "corstone-320", "imxrt700")
 UPSTREAM_NPU = {"corstone-300": "ethos-u55-128", "corstone-320": "ethos-u85-256"}
@@ -86,49 +85,46 @@ def main(argv=None) -> int:
     head = f"{'model':<17} {'target':<13} {'memory':<15} {'latency us':>11} {'.pte B':>9} " \
            f"{'fits':>4} {'compile s':>9}  needs per region"
     print(head)
-    with tempfile.TemporaryDirectory(prefix="placement_") as workdir:
-        for name in args.models:
-            model, example = build_model(name)
-            calibration = calibration_set(example, args.samples, args.seed)
-            job = os.path.join(workdir, f"{name}.pt")
-            torch.save({"model": name, "state_dict": model.state_dict(),
-                        "example_inputs": example, "calibration": calibration}, job)
-            for target in args.targets:
-                rows = {p: ours(model, example, calibration, target, p)
-                        for p in get_target(target).placements}
-                auto = ours(model, example, calibration, target, "auto")
-                up = None
-                if not args.no_upstream and target in UPSTREAM_NPU:
-                    up = run_worker("upstream", job, UPSTREAM_NPU[target], workdir,
-                                    args.timeout, threads=1)
-                results[f"{name}|{target}"] = {"placements": rows, "auto": auto,
-                                               "upstream": up}
-                for p, r in rows.items():
-                    needs = ", ".join(f"{k} {v:,}" for k, v in r["needs"].items())
-                    print(f"{name:<17} {target:<13} {p:<15} {_n(r['latency_us']):>11} "
-                          f"{_n(r['pte']):>9} {'yes' if r['fits'] else 'NO':>4} "
-                          f"{r['seconds']:>9.1f}  {needs}")
-                single = rows[auto["memory"]]["seconds"]
-                print(f"{'':<17} {target:<13} {'auto -> ' + auto['memory']:<15} "
-                      f"{_n(auto['latency_us']):>11} {_n(auto['pte']):>9} "
-                      f"{'yes' if auto['fits'] else 'NO':>4} {auto['seconds']:>9.1f}  "
-                      f"auto / single compile {auto['seconds'] / single:.2f}x; {auto['why']}")
-                if up is not None:
-                    if up.get("ok", True) and up.get("inference_time_us"):
-                        ratio = auto["latency_us"] / up["inference_time_us"]
-                        if target == "corstone-300":
-                            ratios.append(ratio)
-                        print(f"{'':<17} {target:<13} {'upstream':<15} "
-                              f"{_n(up['inference_time_us']):>11} {_n(up.get('pte_bytes')):>9} "
-                              f"{'':>4} {up.get('compile_s', 0):>9.1f}  auto / upstream "
-                              f"{ratio:.2f}x; NPU parts alone {auto['npu_us']:,.1f} / "
-                              f"{up['inference_time_us']:,.1f} us = "
-                              f"{auto['npu_us'] / up['inference_time_us']:.2f}x (upstream: "
-                              f"Vela time of its partitions, {up.get('ops_on_cpu', '?')} CPU "
-                              f"ops untimed; ours: whole model, CPU rows included)")
-                    else:
-                        print(f"{'':<17} {target:<13} upstream FAILED: {up.get('error')}")
-                sys.stdout.flush()
+    for name in args.models:
+        model, example, calibration = model_factory(name, args.samples, args.seed)
+        factory = functools.partial(model_factory, name, args.samples, args.seed)
+        for target in args.targets:
+            rows = {p: ours(model, example, calibration, target, p)
+                    for p in get_target(target).placements}
+            auto = ours(model, example, calibration, target, "auto")
+            up = None
+            if not args.no_upstream and target in UPSTREAM_NPU:
+                cell = Cell(factory, UPSTREAM_NPU[target], flow=FLOWS["upstream"])
+                up = figures(run_grid([cell], "upstream", timeout=args.timeout,
+                                      progress=False).rows[0])
+            results[f"{name}|{target}"] = {"placements": rows, "auto": auto,
+                                           "upstream": up}
+            for p, r in rows.items():
+                needs = ", ".join(f"{k} {v:,}" for k, v in r["needs"].items())
+                print(f"{name:<17} {target:<13} {p:<15} {_n(r['latency_us']):>11} "
+                      f"{_n(r['pte']):>9} {'yes' if r['fits'] else 'NO':>4} "
+                      f"{r['seconds']:>9.1f}  {needs}")
+            single = rows[auto["memory"]]["seconds"]
+            print(f"{'':<17} {target:<13} {'auto -> ' + auto['memory']:<15} "
+                  f"{_n(auto['latency_us']):>11} {_n(auto['pte']):>9} "
+                  f"{'yes' if auto['fits'] else 'NO':>4} {auto['seconds']:>9.1f}  "
+                  f"auto / single compile {auto['seconds'] / single:.2f}x; {auto['why']}")
+            if up is not None:
+                if up.get("ok", True) and up.get("inference_time_us"):
+                    ratio = auto["latency_us"] / up["inference_time_us"]
+                    if target == "corstone-300":
+                        ratios.append(ratio)
+                    print(f"{'':<17} {target:<13} {'upstream':<15} "
+                          f"{_n(up['inference_time_us']):>11} {_n(up.get('pte_bytes')):>9} "
+                          f"{'':>4} {up.get('compile_s', 0):>9.1f}  auto / upstream "
+                          f"{ratio:.2f}x; NPU parts alone {auto['npu_us']:,.1f} / "
+                          f"{up['inference_time_us']:,.1f} us = "
+                          f"{auto['npu_us'] / up['inference_time_us']:.2f}x (upstream: "
+                          f"Vela time of its partitions, {up.get('ops_on_cpu', '?')} CPU "
+                          f"ops untimed; ours: whole model, CPU rows included)")
+                else:
+                    print(f"{'':<17} {target:<13} upstream FAILED: {up.get('error')}")
+            sys.stdout.flush()
     if ratios:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print(f"\ncorstone-300: auto's latency over upstream's default compile, geometric "

@@ -5,20 +5,22 @@ Run::
     PYTHONPATH=src python benchmarks/pte_size.py               # 4 models x 2 targets
     PYTHONPATH=src python benchmarks/pte_size.py --set both --samples 8
     PYTHONPATH=src python benchmarks/pte_size.py --models ds_cnn \\
-        --targets ethos-u85-256 --samples 4 --json out.json
+        --targets ethos-u85-256 --samples 4 --json out.json -j 1
 
 Models (``--set``): ``mlperf``, the four MLPerf Tiny models of ``mcu_npu.models.mlperf_tiny``;
 ``independent``, the same four written as a user would (``tiny_models.py``); ``both``;
 ``softmax``, the six classifiers of both ending in a softmax (``name+softmax``); ``all``.
-Targets ``ethos-u55-128`` and ``ethos-u85-256``. Both flows get the same weights and the same
-``--samples`` calibration samples, the same Vela, and run each compile in a fresh process,
-one at a time (as ``ethos_u.py``, whose helpers this reuses):
+Targets ``ethos-u55-128`` and ``ethos-u85-256``. The rows are one ``mcu_npu.grid.sweep``:
+models x targets x two compile flows, each cell in a process of its own (``--timeout``
+seconds each, ``-j`` at a time). Both flows get the same weights and the same ``--samples``
+calibration samples (``ethos_u.model_factory``) and the same Vela:
 
-* ours:     ``mcu_npu.compile(model, example_inputs, target=T, calibration=cal).buffer``;
-* upstream: ``executorch.backends.arm``'s flow (``_upstream_arm.compile_upstream``).
+* ours:     ``mcu_npu.compile`` (the grid's own flow);
+* upstream: ``executorch.backends.arm``'s flow (``_upstream_arm.arm_flow``, named to the grid).
 
-Both ``.pte`` files are then split the same way, by parsing them (ExecuTorch's extended
-header and program flatbuffer); all figures are bytes:
+Both ``.pte`` files are then split the same way in the worker, by parsing them (ExecuTorch's
+extended header and program flatbuffer: ``pte_parts``, the rows' extra figures); all figures
+are bytes:
 
 * ours / upstream: the whole ``.pte``, what the device is given (ours is ``prog.buffer``;
   what only the host reads is in the companion ``.ptd``, not counted); x: ours / upstream;
@@ -37,26 +39,23 @@ rest (block headers, I/O descriptors, padding), with the scratch, the planned bu
 same split of upstream's file, the values of the method and the CPU kernels it calls. Then
 the named data of each file by key, each side's Vela settings, and the ratio ours / upstream
 per model and target with the largest per set (above 1.00: ours is the larger). This script
-prints only; it asserts nothing, and every failure is printed and skipped.
+prints only; it asserts nothing, and every failure is printed and skipped. ``--json``
+writes the grid's rows (``Grid.to_json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
-import subprocess
+import functools
 import sys
-import tempfile
-import traceback
-import warnings
 from collections import Counter
 
 import torch
 
 import tiny_models
-from ethos_u import MLPERF, TARGETS, build_model, calibration_set
+from ethos_u import MLPERF, TARGETS, build_model, model_factory
+from mcu_npu.grid import sweep
 
 SOFTMAX = "+softmax"
 SETS = {"mlperf": tuple(MLPERF), "independent": tuple(tiny_models.MODELS)}
@@ -64,6 +63,8 @@ SETS["softmax"] = tuple(n + SOFTMAX for n in SETS["mlperf"] + SETS["independent"
                         if "autoencoder" not in n)
 SETS["both"] = SETS["mlperf"] + SETS["independent"]
 SETS["all"] = SETS["both"] + SETS["softmax"]
+FLOWS = {"ours": None, "upstream-arm": "_upstream_arm:arm_flow"}
+"""The grid's flows: ``mcu_npu.compile`` and upstream's, named for the workers."""
 
 
 class WithSoftmax(torch.nn.Module):
@@ -88,12 +89,6 @@ def build(name: str):
     return build_model(name)
 
 
-def _load_job(path: str):
-    job = torch.load(path, weights_only=False)
-    model, _ = build(job["model"])
-    model.load_state_dict(job["state_dict"], strict=True)
-    return model.eval(), job["example_inputs"], job["calibration"]
-
 HOST_GRAPH_PREFIX, REPORT_KEY = "mcu_npu.host_graph.", "mcu_npu.report"
 
 
@@ -105,21 +100,20 @@ def payload_split(blob: bytes) -> dict:
     from mcu_npu.npu.ethos_u.payload import blocks
 
     try:
-        found = {name: (external, data) for name, external, data in blocks(blob)}
+        found = {name: data for name, _, data in blocks(blob)}
     except Exception:  # noqa: BLE001 - not a bin stream
         return {}
     if "cmd_data" not in found:
         return {}
-    out = {"bytes": len(blob), "cmd_data": len(found["cmd_data"][1]),
-           "weight_data": len(found.get("weight_data", (0, b""))[1]),
-           "scratch_size": int.from_bytes(found.get("scratch_size", (0, b""))[1][:4], "little"),
-           "external_blocks": [n for n, (ext, _) in found.items() if ext]}
-    out["other"] = out["bytes"] - out["cmd_data"] - out["weight_data"]
+    out = {"cmd_data": len(found["cmd_data"]), "weight_data": len(found.get("weight_data", b"")),
+           "scratch_size": int.from_bytes(found.get("scratch_size", b"")[:4], "little")}
+    out["other"] = len(blob) - out["cmd_data"] - out["weight_data"]
     return out
 
 
-def pte_split(data: bytes) -> dict:
-    """Where the bytes of a .pte go; both flows' files go through this one function."""
+def pte_parts(data: bytes) -> dict:
+    """Where the bytes of a .pte go (the module's docstring), as a row's extra figures; both
+    flows' files go through this one function, in the worker that made them."""
     from executorch.exir._serialize._program import _flatbuffer_to_program, _get_extended_header
 
     eh = _get_extended_header(data)
@@ -138,7 +132,7 @@ def pte_split(data: bytes) -> dict:
 
     plan = next((p for p in program.execution_plan if p.name == "forward"),
                 program.execution_plan[0])
-    payloads, payload_bytes, inline_bytes, seen = [], 0, 0, set()
+    payloads, payload_bytes, seen = [], 0, set()
     for p in program.execution_plan:
         for d in p.delegates:
             ref, location = d.processed, int(d.processed.location)
@@ -147,19 +141,16 @@ def pte_split(data: bytes) -> dict:
             seen.add((location, ref.index))
             if location == 0:  # inline in the flatbuffer
                 blob = bytes(program.backend_delegate_data[ref.index].data)
-                inline_bytes += len(blob)
                 payload_bytes += len(blob)
             else:
                 offset, size = segments[ref.index]
                 blob = data[base + offset:base + offset + size]
                 payload_bytes += segment(ref.index)
-            payloads.append({"backend": d.id, "location": "inline" if location == 0 else
-                             "segment", **payload_split(blob)})
+            payloads.append(payload_split(blob))
     if program.constant_segment and program.constant_segment.offsets:
         constants = segment(program.constant_segment.segment_index)
     else:
         constants = sum(len(b.storage) for b in program.constant_buffer)
-        inline_bytes += constants
     mutable = sum(segment(m.segment_index) for m in program.mutable_data_segments or [])
     named: dict[str, int] = {}
     host = other = 0
@@ -177,22 +168,18 @@ def pte_split(data: bytes) -> dict:
             if op_index is not None:
                 op = plan.operators[op_index]
                 kernels[f"{op.name}.{op.overload}" if op.overload else op.name] += 1
+    total = lambda k: sum(p.get(k, 0) for p in payloads)  # noqa: E731
     scratch = max((p.get("scratch_size", 0) for p in payloads), default=0)
     planned = sum(plan.non_const_buffer_sizes[1:])
     return {
-        "bytes": len(data), "payloads": payload_bytes, "constants": constants,
-        "mutable": mutable, "named_host_only": host, "named_other": other,
+        "payloads": payload_bytes, "consts": constants, "host": host, "named": other,
         "tables": len(data) - payload_bytes - constants - mutable - host - other,
-        "flatbuffer": program_size - inline_bytes,
-        "padding": len(data) - program_size - sum(s for _, s in segments),
-        "named_data": named, "payload_list": payloads,
-        "ram": {"planned": planned, "npu_scratch": scratch, "total": planned + scratch},
-        "values": len(plan.values), "instructions": sum(kernels.values()),
-        "kernels": dict(kernels), "delegates": len(plan.delegates),
+        "RAM": planned + scratch, "cmd_data": total("cmd_data"),
+        "weights": total("weight_data"), "blk+io": total("other"), "scratch": scratch,
+        "planned": planned, "values": len(plan.values),
+        "CPU kernels": ", ".join(f"{k.split('::')[-1]} x{v}" for k, v in kernels.items()),
+        "named data": ", ".join(f"{k}: {v:,}" for k, v in named.items()),
     }
-
-
-# --------------------------------------------------------------------------- workers
 
 
 def our_vela_settings(target: str) -> str:
@@ -202,60 +189,6 @@ def our_vela_settings(target: str) -> str:
     fields = {**dataclasses.asdict(get_target(target).npu.vela),
               **dataclasses.asdict(VelaOptions())}
     return " ".join(f"{k}={v}" for k, v in fields.items())
-
-
-def worker_main(flow: str, job: str, target: str, out: str) -> int:
-    """Compile one model in this fresh process: the .pte to ``out``, facts to out.json."""
-    meta: dict = {"ok": True}
-    try:
-        model, example_inputs, calibration = _load_job(job)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if flow == "ours":
-                import mcu_npu
-
-                prog = mcu_npu.compile(model, example_inputs, target=target,
-                                       calibration=calibration)
-                pte = bytes(prog.buffer)
-                meta["vela"] = our_vela_settings(target)
-            else:
-                from _upstream_arm import compile_upstream
-
-                r = compile_upstream(model, example_inputs, calibration, target, keep_pte=True)
-                pte = r.pop("pte")
-                meta["vela"] = " ".join(r["vela_flags"])
-        with open(out, "wb") as f:
-            f.write(pte)
-    except BaseException as e:  # noqa: BLE001 - every failure becomes a printed row
-        meta = {"ok": False, "error": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}",
-                "traceback": traceback.format_exc()[-3000:]}
-    with open(out + ".json", "w") as f:
-        json.dump(meta, f)
-    return 0
-
-
-def run_worker(flow: str, job: str, target: str, workdir: str, timeout: float) -> dict:
-    stem = os.path.basename(job).removesuffix(".pt")
-    out = os.path.join(workdir, f"{flow}_{stem}_{target}.pte")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", flow, job, target, out]
-    try:
-        proc = subprocess.run(cmd, env=env, timeout=timeout, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True)
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
-    if not os.path.exists(out + ".json"):
-        return {"ok": False, "error": f"worker exited with {proc.returncode}: {tail[0][:300]}"}
-    with open(out + ".json") as f:
-        result = json.load(f)
-    if result.get("ok"):
-        try:
-            with open(out, "rb") as f:
-                result.update(pte_split(f.read()))
-        except Exception as e:  # noqa: BLE001
-            result = {"ok": False, "error": f"cannot split the .pte: {type(e).__name__}: {e}"}
-    return result
 
 
 # --------------------------------------------------------------------------- printing
@@ -269,6 +202,13 @@ def _x(a, b) -> str:
     return f"{a / b:.2f}" if a is not None and b else "-"
 
 
+def pairs(rows) -> dict:
+    """{(model, target): (ours' row, upstream's row)} of the grid's rows."""
+    by_flow = {(r.model, r.target, r.flow): r for r in rows}
+    return {(m, t): tuple(by_flow[(m, t, f)] for f in FLOWS)
+            for m, t in dict.fromkeys((r.model, r.target) for r in rows)}
+
+
 def print_tables(results: dict) -> None:
     head = ("model", "target", "ours", "upstream", "x", "-host x", "payloads", "consts",
             "host", "named", "tables", "RAM ours", "RAM up")
@@ -276,18 +216,15 @@ def print_tables(results: dict) -> None:
     print("\n.pte BYTES (ours' split) AND RAM, ours vs upstream")
     print(fmt.format(*head))
     for (name, target), (o, u) in results.items():
-        ok_o, ok_u = o.get("ok"), u.get("ok")
-        g = (lambda k: o.get(k)) if ok_o else (lambda k: None)
-        ub = u.get("bytes") if ok_u else None
-        no_host = g("bytes") - g("named_host_only") if ok_o else None
-        print(fmt.format(name, target, _n(g("bytes")), _n(ub), _x(g("bytes"), ub),
-                         _x(no_host, ub), _n(g("payloads")), _n(g("constants")),
-                         _n(g("named_host_only")), _n(g("named_other")), _n(g("tables")),
-                         _n(o["ram"]["total"] if ok_o else None),
-                         _n(u["ram"]["total"] if ok_u else None)))
+        g = (lambda k: o.extra[k]) if o.ok else (lambda k: None)
+        ours, ub = (o.pte_bytes if o.ok else None), (u.pte_bytes if u.ok else None)
+        no_host = ours - g("host") if o.ok else None
+        print(fmt.format(name, target, _n(ours), _n(ub), _x(ours, ub), _x(no_host, ub),
+                         _n(g("payloads")), _n(g("consts")), _n(g("host")), _n(g("named")),
+                         _n(g("tables")), _n(g("RAM")), _n(u.extra["RAM"] if u.ok else None)))
         for who, r in (("ours", o), ("upstream", u)):
-            if not r.get("ok"):
-                print(f"  {who} FAILED: {r.get('error')}")
+            if not r.ok:
+                print(f"  {who} FAILED: {r.error}")
     head = ("model", "target", "side", "payloads", "cmd_data", "weights", "blk+io",
             "scratch", "planned", "consts", "named", "tables", "values", "CPU kernels")
     fmt = "{:<17} {:<14} {:<4}" + " {:>8}" * 10 + "  {}"
@@ -295,30 +232,27 @@ def print_tables(results: dict) -> None:
     print(fmt.format(*head))
     for (name, target), pair in results.items():
         for who, r in zip(("ours", "up"), pair):
-            if not r.get("ok"):
-                continue
-            ps = r["payload_list"]
-            total = lambda k: sum(p.get(k, 0) for p in ps)  # noqa: E731
-            kernels = ", ".join(f"{k.split('::')[-1]} x{v}" for k, v in r["kernels"].items())
-            print(fmt.format(name, target, who, _n(r["payloads"]), _n(total("cmd_data")),
-                             _n(total("weight_data")), _n(total("other")),
-                             _n(r["ram"]["npu_scratch"]), _n(r["ram"]["planned"]),
-                             _n(r["constants"]), _n(r["named_host_only"] + r["named_other"]),
-                             _n(r["tables"]), _n(r["values"]), kernels))
+            if r.ok:
+                e = r.extra
+                print(fmt.format(name, target, who, *(_n(e[k]) for k in (
+                    "payloads", "cmd_data", "weights", "blk+io", "scratch", "planned",
+                    "consts")), _n(e["host"] + e["named"]), _n(e["tables"]), _n(e["values"]),
+                    e["CPU kernels"]))
     print("\nNAMED DATA (key: bytes)")
     for (name, target), pair in results.items():
         for who, r in zip(("ours", "up"), pair):
-            if r.get("ok") and r["named_data"]:
-                print(f"  {name} {target} {who}: " + ", ".join(
-                    f"{k}: {v:,}" for k, v in r["named_data"].items()))
+            if r.ok and r.extra["named data"]:
+                print(f"  {name} {target} {who}: {r.extra['named data']}")
     print_ratios(results)
     print("\nVela settings")
     seen = set()
-    for (_, target), pair in results.items():
-        for who, r in zip(("ours", "upstream"), pair):
-            if r.get("ok") and (who, target) not in seen:
+    for (_, target), (o, u) in results.items():
+        for who, r in (("ours", o), ("upstream", u)):
+            if r.ok and (who, target) not in seen:
                 seen.add((who, target))
-                print(f"  {target} {who}: {r['vela']}")
+                vela = our_vela_settings(target) if who == "ours" else \
+                    " ".join(r.extra["vela_flags"])
+                print(f"  {target} {who}: {vela}")
 
 
 def print_ratios(results: dict) -> None:
@@ -333,8 +267,8 @@ def print_ratios(results: dict) -> None:
         group = next(k for k, v in SETS.items() if k not in ("both", "all") and name in v)
         cells = []
         for t in targets:
-            o, u = results.get((name, t), ({}, {}))
-            x = o["bytes"] / u["bytes"] if o.get("ok") and u.get("ok") else None
+            o, u = results[(name, t)]
+            x = o.pte_bytes / u.pte_bytes if o.ok and u.ok else None
             if x is not None:
                 worst[(group, t)] = max(worst.get((group, t), 0.0), x)
             cells.append("-" if x is None else f"{x:.3f}")
@@ -348,10 +282,13 @@ def print_ratios(results: dict) -> None:
 # --------------------------------------------------------------------------- main
 
 
+def show(row) -> None:
+    """A line per finished cell."""
+    print(f"{row.model} {row.target} {row.flow}: "
+          + (f"{row.pte_bytes:,} B" if row.ok else "FAILED"), flush=True)
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--worker"]:
-        return worker_main(*argv[1:5])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", default="mlperf", choices=sorted(SETS),
                     help="model set: mlperf (mcu_npu.models), independent (tiny_models.py), both, "
@@ -362,34 +299,18 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=16, help="calibration samples")
     ap.add_argument("--seed", type=int, default=2024, help="calibration data generator seed")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per compile")
-    ap.add_argument("--json", default=None, metavar="PATH", help="also write the results here")
+    ap.add_argument("-j", "--workers", type=int, default=None,
+                    help="compiles at a time (default: one per core)")
+    ap.add_argument("--json", default=None, metavar="PATH", help="also write the rows here")
     args = ap.parse_args(argv)
-    results: dict = {}
-    with tempfile.TemporaryDirectory(prefix="pte_size_") as workdir:
-        for name in args.models or SETS[args.set]:
-            try:
-                model, example = build(name)
-                job = os.path.join(workdir, f"{name}.pt")
-                torch.save({"model": name, "state_dict": model.state_dict(),
-                            "example_inputs": example,
-                            "calibration": calibration_set(example, args.samples, args.seed)},
-                           job)
-            except Exception as e:  # noqa: BLE001
-                failed = {"ok": False, "error": f"model build failed: {type(e).__name__}: {e}"}
-                results.update({(name, t): (failed, failed) for t in args.targets})
-                continue
-            for t in args.targets:
-                pair = tuple(run_worker(flow, job, t, workdir, args.timeout)
-                             for flow in ("ours", "upstream"))
-                results[(name, t)] = pair
-                print(f"{name} {t}: " + ", ".join(
-                    f"{who} {_n(r['bytes'])} B" if r.get("ok") else f"{who} FAILED"
-                    for who, r in zip(("ours", "upstream"), pair)), flush=True)
-    print_tables(results)
+    models = {name: functools.partial(model_factory, name, args.samples, args.seed, build)
+              for name in args.models or SETS[args.set]}
+    grid = sweep(models, args.targets, flows=FLOWS, extras=pte_parts, timeout=args.timeout,
+                 workers=args.workers, progress=False, on_row=show)
+    print_tables(pairs(grid.rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({f"{n}|{t}": {"ours": o, "upstream": u}
-                       for (n, t), (o, u) in results.items()}, f, indent=1)
+            f.write(grid.to_json())
         print(f"\nresults: {args.json}")
     return 0
 

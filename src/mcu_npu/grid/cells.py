@@ -1,6 +1,16 @@
-"""One cell of a grid: a model (named by its factory), a target, a precision and a memory
-placement, compiled in whichever process runs it; and its row, the figures a comparison
-reads, as plain values that cross a process boundary.
+"""One cell of a grid: a model (named by its factory), a target, a precision, a memory
+placement and the flow that compiles it, run in whichever process runs the cell; and its
+row, the figures a comparison reads, as plain values that cross a process boundary.
+
+A flow is ``mcu_npu.compile`` (``flow=None``, the default) or another compiler's, named as a
+model factory is (``"file.py:function"``, ``"module:function"``, a module-level callable),
+so that two flows can be set side by side in one grid. Its function is called as
+``flow(model, example_inputs, calibration, target, options)`` and returns the ``.pte``
+bytes, or a dict of them (``"pte"``), any ``Row`` figures it knows (``ops_on_npu``,
+``sqnr_db``, ...) and ``"extra"``: {name: figure} for the row's ``extra``. ``options`` are
+the cell's compile arguments, ``precision`` and ``memory`` included when not the default: a
+flow raises on what it cannot do. A cell's ``extras`` function (named the same way) adds
+figures read from the ``.pte`` of any flow.
 
 ``run_cell`` never raises for a failed compile: the failure is the row's ``error``, so one
 model a target cannot take costs one row, not the grid."""
@@ -12,7 +22,10 @@ import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from ..errors import first_line
-from ..model_source import load_model_spec, model_name
+from ..model_source import factory, load_model_spec, model_name
+
+OURS = "mcu-npu"
+"""The flow name of ``mcu_npu.compile``'s rows."""
 
 TOP1_SAMPLES = 8
 """Samples the top-1 agreement is counted on (the calibration samples the report's SQNR is
@@ -24,7 +37,9 @@ class Cell:
     """What to compile: ``source`` a model factory (``file.py:factory``,
     ``module:factory``, a module-level callable; see ``model_source``), ``options`` the
     other ``mcu_npu.compile`` arguments (calibration samples included; they override the
-    factory's)."""
+    factory's); ``flow`` the compile flow (None: ``mcu_npu.compile``; else named as a
+    factory is, see the module's docstring), ``extras`` a function of the ``.pte`` bytes
+    giving more figures for the row's ``extra``."""
 
     source: object
     target: str
@@ -33,12 +48,18 @@ class Cell:
     options: dict = field(default_factory=dict)
     name: str = ""
     """The model's name in the row (default: the factory's name)."""
+    flow: object = None
+    flow_name: str = ""
+    """The flow's name in the row (default: ``OURS``, or the flow function's name)."""
+    extras: object = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
-    """A cell's outcome: what was asked (``model``, ``target``, ``precision``, ``memory``),
-    the compile's figures from ``report.summary`` where it compiled, else ``error``.
+    """A cell's outcome: what was asked (``model``, ``target``, ``precision``, ``memory``,
+    ``flow``), the compile's figures from ``report.summary`` where it compiled (another
+    flow's: those it gives), else ``error``; ``extra`` the named figures a flow or the
+    cell's ``extras`` added.
     ``npu_share`` is the NPU's share of the estimated latency; ``top1_agreement`` the
     fraction of samples whose argmax the program shares with the float model (classifier
     outputs only). ``seconds`` (the compile's wall time) is left out of equality: everything
@@ -48,6 +69,7 @@ class Row:
     target: str
     precision: str
     memory: str
+    flow: str = OURS
     error: str = ""
     npu_compiler: str | None = None
     fits: bool | None = None
@@ -80,6 +102,7 @@ class Row:
     """Bytes of the state a stateful program keeps between calls (None: no state)."""
     realtime_margin_us: float | None = None
     """With ``frame_period_ms``: the frame period less a call's estimated time."""
+    extra: dict = field(default_factory=dict, hash=False)
     warnings: tuple[str, ...] = ()
     seconds: float = field(default=0.0, compare=False)
 
@@ -110,17 +133,33 @@ def precision_label(precision) -> str:
     return "auto" if type(precision).__name__ == "AutoPrecision" else str(precision)
 
 
+def flow_label(flow) -> str:
+    """A flow's name in a row: ``OURS`` for ``mcu_npu.compile`` (None), else its function's
+    name."""
+    return OURS if flow is None else model_name(flow)
+
+
+def _asked(cell: Cell) -> dict:
+    """What ``cell`` asked for, as the row's fields."""
+    return dict(model=cell.name or model_name(cell.source), target=cell.target,
+                precision=precision_label(cell.precision), memory=cell.memory,
+                flow=cell.flow_name or flow_label(cell.flow))
+
+
 def run_cell(cell: Cell) -> Row:
     """Compile ``cell`` in this process and measure it; a failure is the row's ``error``
-    (the exception's type and first line). mcu-npu's warnings go into ``warnings``."""
-    asked = dict(model=cell.name or model_name(cell.source), target=cell.target,
-                 precision=precision_label(cell.precision), memory=cell.memory)
+    (the exception's type and first line; a ``sys.exit`` too). mcu-npu's warnings go into
+    ``warnings``."""
+    asked = _asked(cell)
     start = time.monotonic()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            row = _compile_row(cell, asked)
-    except Exception as exc:  # noqa: BLE001  (a failed compile is a row, whatever raised it)
+            row, pte = (_compile_row if cell.flow is None else _flow_row)(cell, asked)
+            if cell.extras is not None:
+                row = replace(row, extra={**row.extra, **dict(factory(cell.extras)(pte))})
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  (a failed compile is a row,
+        # whatever raised it; a tool's command line inside a compile may call sys.exit)
         return Row(**asked, error=f"{type(exc).__name__}: {first_line(exc)}",
                    seconds=time.monotonic() - start)
     # mcu-npu's warnings point at its caller, ``_compile_row`` here; others' at themselves
@@ -132,11 +171,39 @@ def run_cell(cell: Cell) -> Row:
 
 def error_row(cell: Cell, message: str) -> Row:
     """The row of a cell whose process failed before it could answer (a crash)."""
-    return Row(model=cell.name or model_name(cell.source), target=cell.target,
-               precision=precision_label(cell.precision), memory=cell.memory, error=message)
+    return Row(**_asked(cell), error=message)
 
 
-def _compile_row(cell: Cell, asked: dict) -> Row:
+FLOW_FIGURES = frozenset(f.name for f in fields(Row)) - {
+    "model", "target", "precision", "memory", "flow", "error", "pte_bytes", "extra",
+    "warnings", "seconds"}
+"""The ``Row`` figures another flow may give."""
+
+
+def _flow_row(cell: Cell, asked: dict) -> tuple[Row, bytes]:
+    """(row, .pte bytes) of ``cell`` compiled by its flow's function (module docstring)."""
+    model, inputs, calibration = load_model_spec(cell.source)
+    options = dict(cell.options)
+    calibration = options.pop("calibration", calibration)
+    if cell.precision is not None:
+        options["precision"] = cell.precision
+    if cell.memory != "auto":
+        options["memory"] = cell.memory
+    out = factory(cell.flow)(model, inputs, calibration, cell.target, options)
+    out = dict(out) if isinstance(out, dict) else {"pte": out}
+    pte, extra = out.pop("pte", None), out.pop("extra", {})
+    if not isinstance(pte, (bytes, bytearray, memoryview)):
+        raise TypeError(f"flow {asked['flow']} returned no .pte bytes (the bytes, or a dict "
+                        f"with 'pte')")
+    unknown = sorted(set(out) - FLOW_FIGURES)
+    if unknown:
+        raise TypeError(f"flow {asked['flow']} returned figures a row has not: "
+                        f"{', '.join(unknown)} (put them in 'extra')")
+    pte = bytes(pte)
+    return Row(**asked, **out, pte_bytes=len(pte), extra=dict(extra)), pte
+
+
+def _compile_row(cell: Cell, asked: dict) -> tuple[Row, bytes]:
     model, inputs, calibration = load_model_spec(cell.source)
     # after the factory: a failing one is quick
     from ..api import compile_with
@@ -170,7 +237,7 @@ def _compile_row(cell: Cell, asked: dict) -> Row:
                reference_sqnr_db=s.get("reference_sqnr_db"), top1_agreement=agreement,
                top1_samples=counted, host_only=bool(s.get("host_only")),
                pte_bytes=len(prog.buffer), state_bytes=s.get("state_bytes"),
-               realtime_margin_us=s.get("realtime_margin_us"))
+               realtime_margin_us=s.get("realtime_margin_us")), bytes(prog.buffer)
 
 
 def top1_agreement(prog, model, example_inputs: tuple, samples) -> tuple[float | None, int]:

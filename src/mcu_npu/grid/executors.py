@@ -228,9 +228,11 @@ def _check_main(cells) -> bool:
     """Whether the workers must run the main script (a cell refers to something defined
     in it); ConfigError saying what to change when the script starts this grid outside an
     ``if __name__ == "__main__":`` block and the workers would run or import it (a factory
-    defined in it, or named as ``"that_script.py:factory"``), starting the grid again."""
+    defined in it, or named as ``"that_script.py:factory"``; a flow or ``extras`` function
+    too), starting the grid again."""
     names = main_script.main_names(cells)
-    in_file = main_script.main_file_factories([c.source for c in cells])
+    in_file = main_script.main_file_factories([s for c in cells
+                                               for s in (c.source, c.flow, c.extras)])
     if not names and not in_file:
         return False
     where = main_script.unguarded_call()

@@ -1,5 +1,6 @@
 """``compare`` (one model, several targets) and ``sweep`` (models x targets x precisions x
-memory placements): each builds the grid's cells, runs them through an executor
+memory placements), each also across compile flows (``flows``: ``mcu_npu.compile`` and
+others', ``cells``): each builds the grid's cells, runs them through an executor
 (``executors``) and gathers the rows into a ``Grid``, printing a line per finished cell when
 asked."""
 
@@ -14,11 +15,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 from ..errors import ConfigError
 from ..model_source import check_source, model_name, model_names
 from ..targets import get_target, targets as all_targets
-from .cells import Cell, Row
+from .cells import OURS, Cell, Row, flow_label
 from .config import check_axes
 from .executors import run_cells
 from .pareto import OBJECTIVES, pareto_front
-from .table import BOUND_NOTE, NUMERIC, format_table, table_cells
+from .table import BOUND_NOTE, format_table, numeric_heads, table_cells
 
 
 @dataclass
@@ -52,8 +53,8 @@ class Grid:
         from ..report.html_grid import render_grid
 
         fixed, head, cells = table_cells(self.rows)
-        return render_grid(self.rows, self.front, self.title, fixed, head, cells, NUMERIC,
-                           self.objectives)
+        return render_grid(self.rows, self.front, self.title, fixed, head, cells,
+                           numeric_heads(self.rows), self.objectives)
 
     def to_json(self, indent: int | None = 2) -> str:
         front = {id(r) for r in self.front}
@@ -72,7 +73,8 @@ def grid_from_json(text: str | bytes) -> Grid:
 
 
 def front_line(r: Row) -> str:
-    return (f"{r.model} on {r.target} ({r.precision}, memory {r.memory_placement}): "
+    return (f"{r.model} on {r.target} ({r.precision}, memory {r.memory_placement}"
+            f"{_via(r)}): "
             f"{'>=' if r.latency_is_bound else ''}{r.latency_us:,.1f} us, SQNR {r.sqnr_db:.2f} dB, RAM {r.ram_bytes / 1024:,.1f} "
             f"KiB, flash {(r.flash_bytes or 0) / 1024:,.1f} KiB")
 
@@ -94,7 +96,7 @@ def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
             calibration=None, *, executor=None, workers: int | None = None,
             ray_address: str | None = None, progress: bool | None = None,
             on_row: Callable[[Row], None] | None = None, timeout: float | None = None,
-            **compile_kwargs) -> Grid:
+            flows=(None,), extras=None, **compile_kwargs) -> Grid:
     """Compile one model for each of ``targets`` (default: every preset) and set the results
     side by side: fits, latency, NPU share, flash, RAM, SQNR and top-1 agreement against the
     float model, the placement chosen; a target whose compile fails is a row with its error.
@@ -105,7 +107,7 @@ def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
     compiled in this process one target after another (a module is not sent to other
     processes). ``compile_kwargs`` go to every ``mcu_npu.compile`` (``precision``,
     ``memory``, ``npu_compiler``, ``io``, ...). ``executor``, ``workers``, ``ray_address``,
-    ``progress``, ``on_row``, ``timeout``: as for ``sweep``."""
+    ``progress``, ``on_row``, ``timeout``, ``flows``, ``extras``: as for ``sweep``."""
     targets = check_targets(all_targets() if targets is None else targets)
     if isinstance(model, str) or callable(model) and not (_is_module(model) or
                                                          _is_exported(model)):
@@ -128,8 +130,10 @@ def compare(model, example_inputs=None, targets: Iterable[str] | None = None,
     check_axes([precision], [memory])
     if calibration is not None:
         compile_kwargs["calibration"] = calibration
-    cells = [Cell(source, t, precision, memory, compile_kwargs) for t in targets]
-    title = f"compare: {model_name(source)} on {len(cells)} targets"
+    flows = named_flows(flows, extras)
+    cells = [Cell(source, t, precision, memory, compile_kwargs, flow=f, flow_name=fn,
+                  extras=extras) for t in targets for fn, f in flows]
+    title = f"compare: {model_name(source)} on {len(targets)} targets{_flows_text(flows)}"
     return run_grid(cells, title, executor=executor, workers=workers,
                     ray_address=ray_address, progress=progress, on_row=on_row,
                     timeout=timeout)
@@ -139,7 +143,7 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
           memory: Sequence[str] = ("auto",), *, executor=None, workers: int | None = None,
           ray_address: str | None = None, progress: bool | None = None,
           on_row: Callable[[Row], None] | None = None, timeout: float | None = None,
-          **compile_kwargs) -> Grid:
+          flows=(None,), extras=None, **compile_kwargs) -> Grid:
     """Compile every model for every target at every precision and memory placement, each
     compile in a worker process, and gather the rows with their Pareto front (lower latency,
     higher SQNR, less RAM). A compile that fails is a row with its error.
@@ -153,7 +157,11 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
     when stderr is a terminal); ``on_row`` is called with each row as it comes.
     ``timeout``: seconds a cell may compile before its process is stopped and its row says
     so (each cell then runs in a process of its own; "process" executor only).
-    ``compile_kwargs`` go to every ``mcu_npu.compile``."""
+    ``flows``: the compile flows, a list or ``{name: flow}``, each cell compiled by each
+    (None: ``mcu_npu.compile``; another flow's function named as a factory is, see
+    ``cells``); ``extras``: a function of each row's ``.pte`` bytes, named the same way,
+    giving ``{name: figure}`` for the row's ``extra`` (extra columns of the table).
+    ``compile_kwargs`` go to every ``mcu_npu.compile`` (and to the other flows)."""
     if not isinstance(models, (Mapping, list, tuple)):
         models = [models]
     named = list(models.items()) if isinstance(models, Mapping) else \
@@ -168,13 +176,35 @@ def sweep(models, targets: Iterable[str], precisions: Sequence = (None,),
     precisions = list(precisions) or [None]
     memory = [memory] if isinstance(memory, str) else list(memory) or ["auto"]
     check_axes(precisions, memory)
-    cells = [Cell(m, t, p, mem, compile_kwargs, name or "") for name, m in named
-             for t in targets for p in precisions for mem in memory]
+    flows = named_flows(flows, extras)
+    cells = [Cell(m, t, p, mem, compile_kwargs, name or "", f, fn, extras)
+             for name, m in named for t in targets for p in precisions for mem in memory
+             for fn, f in flows]
     title = (f"sweep: {len(named)} models x {len(targets)} targets x {len(precisions)} "
-             f"precisions x {len(memory)} memory placements")
+             f"precisions x {len(memory)} memory placements{_flows_text(flows)}")
     return run_grid(cells, title, executor=executor, workers=workers,
                     ray_address=ray_address, progress=progress, on_row=on_row,
                     timeout=timeout)
+
+
+def named_flows(flows, extras=None) -> list[tuple[str, object]]:
+    """``flows`` (a list, or ``{name: flow}``) as (name, flow) pairs, each flow and
+    ``extras`` checked as a model source is (``check_source``), before any worker starts."""
+    flows = [flows] if flows is None or isinstance(flows, str) or callable(flows) else flows
+    pairs = list(flows.items()) if isinstance(flows, Mapping) else \
+        [(flow_label(f), f) for f in flows]
+    if not pairs:
+        raise ConfigError("give at least one flow (None: mcu_npu.compile)")
+    for _, f in pairs:
+        if f is not None:
+            check_source(f)
+    if extras is not None:
+        check_source(extras)
+    return pairs
+
+
+def _flows_text(flows: list) -> str:
+    return f" x {len(flows)} flows" if len(flows) > 1 else ""
 
 
 def run_grid(cells: list[Cell], title: str, *, executor=None, workers=None, ray_address=None,
@@ -200,7 +230,7 @@ def run_grid(cells: list[Cell], title: str, *, executor=None, workers=None, ray_
 
 def progress_line(done: int, total: int, elapsed: float, row: Row) -> str:
     width = len(str(total))
-    what = f"{row.model} on {row.target} ({row.precision}, memory {row.memory})"
+    what = f"{row.model} on {row.target} ({row.precision}, memory {row.memory}{_via(row)})"
     if not row.ok:
         return f"[{done:{width}}/{total} {elapsed:7.1f} s] {what}: error: {row.error}"
     fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[row.fits]
@@ -208,6 +238,11 @@ def progress_line(done: int, total: int, elapsed: float, row: Row) -> str:
     sqnr = "-" if row.sqnr_db is None else f"{row.sqnr_db:.2f} dB"
     return (f"[{done:{width}}/{total} {elapsed:7.1f} s] {what}: {latency}, {sqnr}, {fits} "
             f"({row.seconds:.1f} s)")
+
+
+def _via(row: Row) -> str:
+    """A row's flow for a line about it: nothing for ``mcu_npu.compile``'s."""
+    return "" if row.flow == OURS else f", flow {row.flow}"
 
 
 def check_targets(names: Iterable[str]) -> list[str]:
