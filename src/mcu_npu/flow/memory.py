@@ -115,22 +115,23 @@ class Estimate:
 
 
 def estimate(first: Lowered, target: Target) -> Estimate:
-    """``first``'s program judged in ``target``'s placement: its Vela partitions compiled
-    again in that memory mode for their cycles and scratch; the rest as ``first``."""
+    """``first``'s program judged in ``target``'s placement: its vendor partitions compiled
+    again by the NPU family's compiler in that placement (Vela's memory mode) for their
+    cycles and scratch; the rest as ``first``."""
     from ..device.payload import find_host_graph, is_container, unpack_reference
-    from ..npu.ethos_u.vela import VelaCompiler
+    from ..npu.families import family
     from ..runtime.pte import Program
 
     report = copy.deepcopy(first.report)
     program = Program(first.buffer)._pte.program
     payloads = [bytes(program.backend_delegate_data[d.processed.index].data)
                 for plan in program.execution_plan for d in plan.delegates]
-    scratch_change = 0
+    scratch_change, compiler = 0, family(target.npu.kind).adapter()()
     for k, payload in enumerate(payloads):
         graph = None if is_container(payload) else find_host_graph(first.host_data, payload)
         if graph is None or target.npu.vela is None or k >= len(report.partitions):
             continue  # the reference payload: the memory mode changes nothing
-        artifact = VelaCompiler().compile(unpack_reference(graph)[0], target)
+        artifact = compiler.compile(unpack_reference(graph)[0], target)
         old = report.partitions[k].stats
         scratch_change = max(scratch_change, int(artifact.stats.get("scratch_bytes", 0))
                              - int(old.get("scratch_bytes", 0)))
