@@ -29,7 +29,9 @@ in one fresh process per row:
 
 It prints ``ratio = ours / (baseline + npu)``: the time this project adds around what any
 flow must spend, ``ratio-c`` the same without calibration, and lists the rows whose ratio
-is 3 or more. Wall-clock figures on this machine; the script asserts nothing.
+is 3 or more, then the ``cpu`` column (process CPU seconds of each compile) summed per group
+and in all: the figure to compare two source trees by on a shared machine. Wall-clock figures
+on this machine; the script asserts nothing.
 
 ``--calibration-method`` compiles each row with those methods (``compile(...,
 calibration_method=m)``, ``m+bc`` adding ``bias_correction=True``; default: the compile's
@@ -277,6 +279,7 @@ def main(argv=None) -> int:
           "machine, whatever else runs beside it)")
     if over:
         print("ratio 3 or more: " + "; ".join(over))
+    _cpu_totals(cpu, methods)
     if len(methods) > 1:
         _compare_methods(cpu, methods)
     if args.digests:
@@ -320,6 +323,17 @@ def _print_row(fmt, name, target, method, r, cpu, over) -> None:
                      f"{r['cpu_s']:.1f}", r["npu_ops"], r["pte_sha256"][:12])
           + (f"  {method}" if method else ""))
     sys.stdout.flush()
+
+
+def _cpu_totals(cpu: dict, methods: list) -> None:
+    """The CPU seconds of the compiled rows summed per group of models and in all, per
+    calibration method: two source trees compared on the same rows."""
+    for method in methods:
+        done = {row: seconds[method] for row, seconds in cpu.items() if method in seconds}
+        groups = [f"{g} {sum(s for (n, _), s in done.items() if n in models):.1f}"
+                  for g, models in GROUPS.items() if any(n in models for n, _ in done)]
+        print(f"CPU seconds{f' ({method})' if method else ''}: {sum(done.values()):.1f} over "
+              f"{len(done)} rows; " + ", ".join(groups))
 
 
 def _compare_methods(cpu: dict, methods: list) -> None:
