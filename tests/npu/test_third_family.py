@@ -176,3 +176,45 @@ def test_a_kind_nobody_registered_is_refused():
 def test_a_family_may_not_take_another_s_backend_id(toy):
     with pytest.raises(ConfigError, match="already family 'ethos-u'"):
         families.register(dataclasses.replace(TOY, kind="other", backend_id="EthosUBackend"))
+
+
+def _crashes_on_anything_but_add(model, target) -> dict:
+    if _only_add(model, target):
+        raise RuntimeError("the toy SDK crashed")
+    return {}
+
+
+class CrashingCompiler(ToyCompiler):
+    def compile(self, model, target):
+        raise RuntimeError("the toy compiler crashed")
+
+
+def _compile_on(target):
+    torch.manual_seed(0)
+    model, samples = AddNet().eval(), _samples()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = mcu_npu.compile(model, samples[0], calibration=samples, target=target.name)
+    assert sqnr_db(model(*samples[1]).detach(), prog.run(*samples[1])[0]) > 30
+    return {(op.op, op.placement, op.reason) for op in prog.report.ops}
+
+
+def test_a_crashing_operator_check_moves_what_it_crashes_on_to_the_cpu(toy):
+    """The check crashes on the partition with the linear layer, then on the linear layer
+    alone: that goes to the CPU with the crash as its reason, the adds stay on the NPU."""
+    families.register(dataclasses.replace(TOY, operator_check=_crashes_on_anything_but_add))
+    assert _compile_on(toy) == {
+        ("aten.add.Tensor", "NPU partition 0", ""),
+        ("aten.linear", "Cortex-M int8 kernel",
+         "the NPU compiler failed on it: RuntimeError: the toy SDK crashed"),
+        ("aten.add.Tensor", "NPU partition 1", "")}
+
+
+def test_a_crashing_compiler_moves_its_partitions_to_the_cpu(toy):
+    """The compiler crashes on each partition as it lowers: the adds run on the CPU (the
+    portable kernels, as a partition that fails that late does), with the crash as reason."""
+    families.register(dataclasses.replace(TOY, adapter=lambda: CrashingCompiler))
+    crashed = "the NPU compiler failed on its partition: RuntimeError: the toy compiler crashed"
+    assert _compile_on(toy) == {
+        ("aten.add.Tensor", "portable float kernel", crashed),
+        ("aten.linear", "Cortex-M int8 kernel", "the toy NPU runs ADD only, not FULLY_CONNECTED")}

@@ -16,7 +16,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..upstream.private import FakeTensor
-from ..errors import ConfigError, ConversionError, NpuCompilerError, first_line
+from ..errors import ConfigError, ConversionError, McuNpuError, NpuCompilerError, first_line
 from ..npu.families import families
 from ..targets import Target
 from ..tflite import convert
@@ -210,7 +210,9 @@ def _outputs_with_their_producers(groups: list[set[Node]], order: dict) -> list[
 
 
 def compiler_check(target: Target):
-    """The NPU compiler's own operator check for ``target``, if it has one."""
+    """The NPU compiler's own operator check for ``target``, if it has one
+    (``NpuFamily.operator_check``). Whatever it raises is an ``NpuCompilerError``: a check
+    that fails moves the partition it was asked about to the CPU, never fails the compile."""
     if not target.npu.compiler_checks_operators:
         return None
     check = next((f.operator_check for f in families()
@@ -218,7 +220,16 @@ def compiler_check(target: Target):
     if check is None:
         raise ConfigError(f"{target.name}: the {target.npu.vendor_compiler!r} compiler checks "
                           "operators, but mcu-npu has no way to ask it")
-    return check
+
+    def checked(model, target):
+        try:
+            return check(model, target)
+        except McuNpuError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (a vendor compiler raises any type)
+            raise NpuCompilerError(f"{type(exc).__name__}: {first_line(exc)}",
+                                   tool=target.npu.vendor_compiler) from exc
+    return checked
 
 
 def refine(program: ExportedProgram, target: Target, excluded: Iterable[str] = (),
