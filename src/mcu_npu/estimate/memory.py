@@ -30,10 +30,9 @@ from __future__ import annotations
 import math
 import warnings
 
+from ..device.sizes import POINTER, align
 from ..errors import ConfigError, InvalidProgramError, MemoryFitError
 
-POINTER = 4
-"""Bytes of a pointer, ``size_t`` and ``ssize_t`` on a 32-bit Cortex-M."""
 EVALUE = 16
 """sizeof(EValue): an 8-byte payload union (int64, double, pointers) and a 4-byte tag,
 aligned to 8."""
@@ -53,11 +52,6 @@ CHAIN = 16
 """sizeof(Chain): the serialized chain, the argument-list span and the kernel array."""
 INSTRUCTION = 4 + 8
 """Per instruction of a chain: an OpFunction pointer and an InstructionArgs span."""
-
-
-
-def _align(n: int, to: int = POINTER) -> int:
-    return (n + to - 1) // to * to
 
 
 # --- reading the program ----------------------------------------------------------------
@@ -113,25 +107,25 @@ def method_allocator_bytes(plan) -> int:
     the same pool, e.g. ExecuTorch's Arm runner), the ``Method`` and ``Program`` objects,
     the kernels' temp allocations (temp allocator).
     """
-    total = _align(len(plan.values) * EVALUE) + _align(len(plan.inputs))
+    total = align(len(plan.values) * EVALUE) + align(len(plan.inputs))
     for evalue in plan.values:
         val, kind = evalue.val, _kind(evalue.val)
         if kind == "Tensor":
             dim = len(val.sizes)
-            total += TENSOR_IMPL + _align(4 * dim)
+            total += TENSOR_IMPL + align(4 * dim)
             if not _is_static(val):
-                total += _align(4 * dim) + _align(dim)
+                total += align(4 * dim) + align(dim)
         elif kind == "IntList":
             n = len(val.items)
-            total += 16 + _align(POINTER * n) + 8 * n
+            total += 16 + align(POINTER * n) + 8 * n
         elif kind == "TensorList":
             n = len(val.items)
-            total += 16 + _align(POINTER * n) + POINTER * n
+            total += 16 + align(POINTER * n) + POINTER * n
         elif kind == "OptionalTensorList":
             n = len(val.items)
-            total += 16 + _align(POINTER * n) + 8 * n
+            total += 16 + align(POINTER * n) + 8 * n
         elif kind == "BoolList":
-            total += 8 + _align(len(val.items))
+            total += 8 + align(len(val.items))
         elif kind in ("DoubleList", "String"):
             total += 8
     for delegate in plan.delegates:
@@ -223,7 +217,7 @@ def _transposes(formats, args, plan) -> int:
         if flag == 1 and index < len(args):
             val = plan.values[args[index]].val
             if _kind(val) == "Tensor":
-                total += _align(_tensor_bytes(val), 16)
+                total += align(_tensor_bytes(val), 16)
     return total
 
 

@@ -3,6 +3,7 @@ and memory figures."""
 
 from __future__ import annotations
 
+from ...device.sizes import align
 from . import payload as bin_stream
 
 
@@ -18,5 +19,5 @@ def memory_figures(blob: bytes) -> dict:
     weights and command stream in place, the scratch area 16-byte aligned."""
     stream = bin_stream.parse(blob)
     return {"weights": len(stream.weight_data), "commands": len(stream.cmd_data),
-            "scratch": (stream.scratch_size + 15) // 16 * 16, "estimated": False,
+            "scratch": align(stream.scratch_size, 16), "estimated": False,
             "in_place": True, "formats": None}

@@ -3,6 +3,7 @@ record, memory figures and latency model."""
 
 from __future__ import annotations
 
+from ...device.sizes import POINTER, align
 from . import payload as nxp
 
 
@@ -16,10 +17,6 @@ def runtime_record(payloads: list[bytes]) -> dict:
             "neutron_payload_versions": versions}
 
 
-def _align(n: int, to: int = 4) -> int:
-    return (n + to - 1) // to * to
-
-
 def memory_figures(blob: bytes) -> dict:
     """Flash parts and per-call scratch of a Neutron payload, as ``NeutronBackend.cpp``
     allocates it: the input and output pointer arrays (4-byte pointers on a Cortex-M) and
@@ -28,10 +25,10 @@ def memory_figures(blob: bytes) -> dict:
     fields = nxp.parse(blob)
     info = nxp.microcode_info(fields.microcode, fields.version)
     runs = (info.scratch_size, info.profile_size, info.debug_size, info.sram_scratch_size)
-    pointers = _align(4 * info.num_inputs) + _align(4 * (info.num_outputs + 3))
+    pointers = align(POINTER * info.num_inputs) + align(POINTER * (info.num_outputs + 3))
     return {"weights": len(fields.weights),
             "commands": len(fields.microcode) + len(fields.kernels),
-            "scratch": pointers + sum(_align(n, 16) for n in runs), "estimated": False,
+            "scratch": pointers + sum(align(n, 16) for n in runs), "estimated": False,
             "in_place": info.sram_scratch_size == 0,
             "formats": (fields.input_formats, fields.input_map, fields.output_formats,
                         fields.output_map, fields.num_input_args)}
