@@ -105,7 +105,7 @@ _HELIUM_ASSUMED = {
     "pooling": 0.5,
     "softmax": 12.0,
     # published: ExecuTorch's cortex_m quantize_per_tensor took 1,365,831 cycles for a
-    # 3x224x224 float input on an Alif E8 Cortex-M55 (9.07 per element; report.published
+    # 3x224x224 float input on an Alif E8 Cortex-M55 (9.07 per element; estimate.published
     # KERNEL_FIGURES), far from the 16 lanes per MVE loop of its Helium path
     # (backends/cortex_m/ops/op_quantize_per_tensor.cpp); the dequantize stays assumed
     "quantize": 9.0,

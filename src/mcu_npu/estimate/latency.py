@@ -174,7 +174,7 @@ def npu_op_times(report, target) -> dict:
 def _method(core: CoreModel | None, target) -> str:
     cpu = (f"CPU: {core.name} ({core.simd}) cycles per kernel class at "
            f"{target.cpu.clock_hz / 1e6:g} MHz; MAC coefficients fitted to {core.basis}, "
-           "per-element, per-byte and per-call terms assumed (report.cpu_cycles)"
+           "per-element, per-byte and per-call terms assumed (estimate.cpu_cycles)"
            if core else "CPU: none in this target, CPU ops not estimated")
     bandwidth = target.npu.bytes_per_cycle, target.npu.bandwidth_source
     return ("NPU: Vela's total cycles at its clock (an estimate) where Vela compiled the "

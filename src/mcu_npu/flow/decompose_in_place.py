@@ -1,7 +1,7 @@
 """Core-ATen decompositions that rewrite a node into at most two, done on the graph as it is.
 
 ``to_edge``'s decomposition re-traces the whole program on fake tensors as soon as one op in
-it decomposes, and the Edge passes after it then re-trace it again (``upstream.edge_dialect``): an
+it decomposes, and the Edge passes after it then re-trace it again (``flow.edge_dialect``): an
 attention block's ``transpose`` or ``softmax`` costs two re-traces of a graph holding
 hundreds of quantize / dequantize nodes. Each op below decomposes into a single other op
 with the same value (shape, dtype and strides), so the node is retargeted in place, to the

@@ -1,10 +1,11 @@
 """Host emulation of NPU delegates: the device runtime's data movement, then the partition's
 TFLite graph in LiteRT standing in for the NPU.
 
-Each emulator copies delegate inputs and outputs exactly as its device runtime does
-(``device.delegate_io`` has the rules) and applies the runtime's checks and refusals; nothing else
-moves or converts data. So a program whose partition graph expects another layout than the
-runtime hands it computes wrong numbers here, as it would on the board.
+Each emulator copies delegate inputs and outputs exactly as its device runtime does (the
+layouts in ``device.delegate_io``, the element rules in its NPU family's ``io``) and applies
+the runtime's checks and refusals; nothing else moves or converts data. So a program whose
+partition graph expects another layout than the runtime hands it computes wrong numbers here,
+as it would on the board.
 
 - ``run_ethos_u`` follows ``EthosUBackend.cpp``: per Vela input record (argument ``i``) the
   element type must match the record's element size (int8/uint8/bool 1, int16 2, int32 4;

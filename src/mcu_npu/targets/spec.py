@@ -14,8 +14,8 @@ from ..errors import ConfigError
 
 
 class NpuKind(str, Enum):
-    """An NPU family; its device runtime decides how delegate data reaches the NPU
-    (``device.delegate_io``). The value is the name messages print."""
+    """A built-in NPU family (``npu.families``: its device runtime, compiler and the rules
+    by which delegate data reaches the NPU). The value is the name messages print."""
 
     NEUTRON = "neutron"
     """NXP eIQ Neutron (device runtime ``NeutronBackend``)."""
