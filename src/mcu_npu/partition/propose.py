@@ -12,8 +12,6 @@ from typing import Iterable, Mapping
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..upstream.private import FakeTensor
 from ..errors import ConfigError, ConversionError, McuNpuError, NpuCompilerError, first_line
@@ -21,6 +19,7 @@ from ..npu.families import families
 from ..targets import Target
 from ..tflite import convert
 from ..tflite.ops_aliases import DEQUANTIZE, DEQUANTIZE_PER_CHANNEL, QUANTIZE
+from .grouping import propose_groups
 from .subgraph import nearest_upstream, partition_view
 from .support import Rejection, SupportAnalysis, VerdictCategory
 
@@ -31,16 +30,6 @@ PASS_THROUGH_OPS = {torch.ops.aten.view_copy.default, torch.ops.aten.squeeze_cop
                     torch.ops.aten.clone.default,
                     torch.ops.dim_order_ops._clone_dim_order.default,
                     torch.ops.dim_order_ops._to_dim_order_copy.default}
-"""The vendor compilers' own operator checks, by ``NpuSpec.vendor_compiler``:
-(TFLiteModel, Target) -> node name -> the compiler's reason for refusing it."""
-
-
-class _Members(OperatorSupportBase):
-    def __init__(self, members: set[Node]):
-        self.members = members
-
-    def is_node_supported(self, submodules, node: Node) -> bool:
-        return node in self.members
 
 
 def cluster_members(analysis: SupportAnalysis) -> set[Node]:
@@ -178,14 +167,12 @@ def quantized_on_the_cpu_side(members: set[Node], is_constant) -> set[Node]:
 
 
 def general_groups(program: ExportedProgram, members: set[Node]) -> list[list[Node]]:
-    """Connected, acyclic groups of ``members`` in graph order, by torch.fx's
-    capability-based partitioner (any shape of member set)."""
-    gm = program.graph_module
-    proposed = CapabilityBasedPartitioner(
-        gm, _Members(members), allows_single_node_partition=True
-    ).propose_partitions()
-    order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    groups = _outputs_with_their_producers([set(p.nodes) for p in proposed], order)
+    """Connected, acyclic groups of ``members`` in graph order, as torch.fx's
+    capability-based partitioner proposes them (any shape of member set;
+    ``grouping.propose_groups``)."""
+    graph = program.graph_module.graph
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    groups = _outputs_with_their_producers(propose_groups(graph, members), order)
     groups = [sorted(g, key=order.__getitem__) for g in groups if g]
     return sorted(groups, key=lambda g: order[g[0]])
 
