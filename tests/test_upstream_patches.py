@@ -460,7 +460,7 @@ def test_graph_code_on_first_use_gives_the_same_program(monkeypatch):
     from contextlib import nullcontext
 
     import mcu_npu
-    from mcu_npu.flow import run
+    from mcu_npu.quantization import driver
 
     torch.manual_seed(0)
     model = ConvLinear(torch.sigmoid).eval()
@@ -472,7 +472,10 @@ def test_graph_code_on_first_use_gives_the_same_program(monkeypatch):
                                operators_not_to_delegate=["sigmoid"])
 
     lazy = compiled()
-    monkeypatch.setattr(run, "graph_code_on_first_use", nullcontext)
+    monkeypatch.setattr(upstream_patches, "COMPILE_WIDE", tuple(
+        p for p in upstream_patches.COMPILE_WIDE
+        if p is not upstream_patches.graph_code_on_first_use))
+    monkeypatch.setattr(driver, "graph_code_on_first_use", nullcontext)
     eager = compiled()
     assert_same_program(lazy, eager, cal, "code on first use", "code at once")
 
@@ -698,3 +701,57 @@ def test_module_calls_unwound_on_error_lets_the_model_catch_the_call():
 
 
 _TRACER_CALL_MODULE = torch.fx.Tracer.call_module
+
+
+# --- compile_patches ------------------------------------------------------------------------
+def _swapped_names():
+    """The upstream attributes the compile-wide patches replace, as they are now."""
+    import torch.export.exported_program as exported_program
+    from torchao.quantization.pt2e import quantize_pt2e, utils
+    from torch.fx import GraphModule
+
+    return (exported_program._collect_all_valid_cia_ops, quantize_pt2e._fuse_conv_bn_qat,
+            utils._get_aten_graph_module_for_pattern, GraphModule.recompile)
+
+
+def test_compile_patches_install_each_once_and_restore_them():
+    """Within ``compile_patches`` every compile-wide patch is installed; a stage entering
+    one again inside (``quantize``, ``to_edge``) finds it installed and leaves it, and the
+    outer block restores upstream's functions."""
+    upstream = _swapped_names()
+    with upstream_patches.compile_patches():
+        installed = _swapped_names()
+        assert all(a is not b for a, b in zip(installed, upstream))
+        for patch in upstream_patches.COMPILE_WIDE:
+            with patch():
+                assert _swapped_names() == installed
+        assert _swapped_names() == installed
+    assert _swapped_names() == upstream
+
+
+def test_a_compile_installs_the_compile_wide_patches_once(monkeypatch):
+    """A compile whose op falls back to the CPU quantizes twice (the trial, then with the
+    Cortex-M rules); both quantizations run with the replacements the compile installed,
+    the same objects, and upstream's functions are back after it."""
+    import mcu_npu
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    seen = []
+    convert = quantize_pt2e.convert_pt2e
+
+    def recording(*args, **kwargs):
+        seen.append(_swapped_names())
+        return convert(*args, **kwargs)
+
+    monkeypatch.setattr(quantize_pt2e, "convert_pt2e", recording)
+    upstream = _swapped_names()
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    gen = torch.Generator().manual_seed(0)
+    samples = [(torch.randn(1, 8, generator=gen),) for _ in range(8)]
+    program = mcu_npu.compile(model, samples[0], target="corstone-300", calibration=samples,
+                              operators_not_to_delegate=["aten.relu"])
+    assert program.report.summary["ops_on_npu"] < program.report.summary["ops_total"]
+    assert len(seen) >= 2
+    assert all(names == seen[0] for names in seen)
+    assert all(a is not b for a, b in zip(seen[0], upstream))
+    assert _swapped_names() == upstream

@@ -16,7 +16,7 @@ from ..passes.guarded import failures as pass_failures
 from ..partition.plan import Plan
 from ..quantization.pinned_inputs import pinned
 from ..quantization.state_encoding import tied
-from ..upstream.patches import graph_code_on_first_use
+from ..upstream.patches import compile_patches
 from ..report import Report
 from .approximate import note as approximation_note, rewrite_approximating
 from .softmax_form import choose as choose_softmax_form, note as softmax_form_note
@@ -69,9 +69,10 @@ def compile_program(model, example_inputs, calibration, accuracy_samples,
     precision search's trials), used where it was made for the graph. ``started``: a dict
     the caller keeps across compiles of one model with the same arguments but the precision
     (the search's trials): the first compile leaves its float model and rewritten graph
-    there, the others start from them instead of exporting and rewriting again. Graph
-    modules get their code when it is used (``upstream.patches.graph_code_on_first_use``)."""
-    with graph_code_on_first_use(), earlier_objects_frozen():
+    there, the others start from them instead of exporting and rewriting again. The
+    compile's upstream patches are entered once, here (``upstream.patches.COMPILE_WIDE``:
+    graph modules get their code when it is used, among others)."""
+    with compile_patches(), earlier_objects_frozen():
         return _run(model, example_inputs, calibration, accuracy_samples, options,
                     stacklevel + 1, keep_edges, plan, started)
 

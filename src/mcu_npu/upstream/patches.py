@@ -40,6 +40,9 @@ attribute or behaviour it relies on, so an upgrade that changes it fails there f
 * ``graph_code_on_first_use`` -- generates a ``GraphModule``'s Python code when it is first
   used, not on each ``recompile``, by swapping ``GraphModule.recompile`` and giving pending
   modules' own classes members that generate it.
+
+``COMPILE_WIDE`` lists the patches whose block is a whole compile (``compile_patches``,
+entered once by ``flow.run``) and says why each other one keeps a narrower block.
 """
 
 from __future__ import annotations
@@ -56,6 +59,21 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.graph import _PyTreeCodeGen
 
 WRITTEN_AGAINST = {"executorch": "1.5.1", "torch": "2.13", "torchao": "0.18"}
+
+_OURS = "_mcu_npu_patch"
+
+
+def _ours(fn):
+    """``fn``, marked as a replacement a block of this module installs (``_installed``)."""
+    setattr(fn, _OURS, True)
+    return fn
+
+
+def _installed(owner, name: str) -> bool:
+    """``owner.name`` is a replacement a block of this module installed: a nested block of
+    the same patch (``quantize``'s inside ``compile_patches``) leaves it as it is, and the
+    outer block restores the original."""
+    return getattr(getattr(owner, name), _OURS, False)
 
 
 # --- to_edge without its decomposition re-trace ---------------------------------------------
@@ -152,13 +170,18 @@ def cia_ops_collected_once():
     ``matmul``, a ``t``) decomposes twice, so about 0.45 s of its CPU. torch does not cache
     it because custom-op libraries can register CIA kernels later; the key changes with any
     new namespace, C++ CIA registration or op. A Python-only CIA kernel (``py_impl``) added
-    to an op that already exists is the one change the key does not see. It goes when
-    torch caches the set itself.
+    to an op that already exists is the one change the key does not see. A nested block
+    leaves it installed. It goes when torch caches the set itself.
     """
     import torch.export.decomp_utils as decomp_utils
     import torch.export.exported_program as exported_program
     from torch._export.utils import _collect_all_valid_cia_ops
 
+    if _installed(exported_program, "_collect_all_valid_cia_ops"):
+        yield
+        return
+
+    @_ours
     def cached():
         key = _registrations()
         if key not in _CIA_OPS:
@@ -374,15 +397,19 @@ def conv_bn_rewrites_where_they_match():
     match and replacement patterns with ``torch.export`` for every variant (conv1d, conv2d,
     transposed; per-channel or not; bias or not; training or not): 96 exports, 10 to 45 s,
     in every ``convert_pt2e``, PTQ included, even for a BatchNorm no convolution feeds,
-    where nothing can match. torchao takes no argument to skip them. It goes when torchao
-    checks for a conv -> BatchNorm chain before tracing its patterns.
+    where nothing can match. torchao takes no argument to skip them. A nested block leaves
+    them installed. It goes when torchao checks for a conv -> BatchNorm chain before
+    tracing its patterns.
     """
     from torchao.quantization.pt2e import quantize_pt2e
 
+    if _installed(quantize_pt2e, "_fuse_conv_bn_qat"):
+        yield
+        return
     fuse, fold = quantize_pt2e._fuse_conv_bn_qat, quantize_pt2e._fold_conv_bn_qat
 
     def guarded(rewrite):
-        return lambda m: rewrite(m) if conv_feeds_batch_norm(m.graph) else m
+        return _ours(lambda m: rewrite(m) if conv_feeds_batch_norm(m.graph) else m)
 
     quantize_pt2e._fuse_conv_bn_qat, quantize_pt2e._fold_conv_bn_qat = guarded(fuse), \
         guarded(fold)
@@ -418,15 +445,20 @@ def pattern_graphs_traced_once():
     one in the same process (a precision search, a sweep, a second target), all tracing the
     same Python functions on the same shapes. A pattern's graph depends on only what the key
     holds, and the patterns are plain ATen calls, which a non-strict export traces to the
-    same graph in a tenth of the time. It goes when torchao caches its pattern graphs.
+    same graph in a tenth of the time. A nested block leaves it installed. It goes when
+    torchao caches its pattern graphs.
     """
     import copy
 
     from torchao.quantization.pt2e import qat_utils, utils
 
+    if _installed(utils, "_get_aten_graph_module_for_pattern"):
+        yield
+        return
     saved = utils._get_aten_graph_module_for_pattern, qat_utils._get_aten_graph_module_for_pattern
     trace = _trace_pattern
 
+    @_ours
     def once(pattern, example_inputs, is_cuda=False, **kwargs):
         key = _pattern_key(pattern, example_inputs, is_cuda, kwargs)
         if key is None:
@@ -676,3 +708,32 @@ def module_calls_unwound_on_error():
     finally:
         Tracer.call_module = original
         _CALL_MODULE = None
+
+
+# --- the patches of a whole compile ------------------------------------------------------------
+COMPILE_WIDE = (graph_code_on_first_use, cia_ops_collected_once,
+                conv_bn_rewrites_where_they_match, pattern_graphs_traced_once)
+"""The patches whose block is a whole compile, entered once by ``compile_patches``
+(``flow.run``); a stage that enters one again inside it (``quantize``, which is also called
+on its own, ``to_edge``) leaves it installed. The others keep a narrower block, where what
+they assume holds:
+
+* ``observer_names_in_linear_time``: one ``prepare_pt2e`` (``quantize``); its memo of taken
+  names holds while one module gains observers, and a later module can reuse a freed one's
+  ``id``;
+* ``validation_deferred``: the Cortex-M passes, whose result is validated after them;
+* ``module_calls_unwound_on_error``: ``torch.export`` of the user's model;
+* ``edge_program_from_core_aten``, ``to_executorch_without_idle_dim_order_pass``: one call
+  each; ``restrict_cortex_m_quantizer``, ``cortex_m_activation_observers``: one quantizer
+  object each; ``import_cortex_m_ops``: once per process."""
+
+
+@contextmanager
+def compile_patches():
+    """Every patch of ``COMPILE_WIDE``, entered for the block."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        for patch in COMPILE_WIDE:
+            stack.enter_context(patch())
+        yield
