@@ -66,8 +66,7 @@ def ptq(graph, example_inputs, samples, target, options: PlanOptions,
         try:  # the composed quantizer checks the plan was made for the graph it annotates
             return _requantize(attempt, example_inputs, samples, target, known,
                                resolve_precision(precision, attempt, known), fallback,
-                               planner=None, method=options.calibration_method,
-                               correct=options.bias_correction)
+                               options, planner=None)
         except PlanMismatch:
             pass  # planned anew below
     stages = {"quantize": lambda: stage("quantizing and calibrating", QUANTIZE_HINT),
@@ -87,17 +86,17 @@ def ptq(graph, example_inputs, samples, target, options: PlanOptions,
     if not mixed and (not fallback or not decided.placement.cpu):
         return Quantized(reference, edge, decided, choice)
     return _requantize(graph, example_inputs, samples, target, decided, choice, fallback,
-                       method=options.calibration_method,
-                       correct=options.bias_correction)
+                       options)
 
 
 def _requantize(graph, example_inputs, samples, target, decided: Plan,
-                choice: PrecisionChoice | None, fallback: bool, planner=plan,
-                method: str = "auto", correct: bool = False) -> Quantized:
+                choice: PrecisionChoice | None, fallback: bool, options: PlanOptions,
+                planner=plan) -> Quantized:
     """``graph`` quantized as ``decided`` places it: the Cortex-M rules off the NPU (with
     ``fallback``; ``planner``: what plans a graph ``decided`` was not made for, None to
-    raise ``PlanMismatch``), 16x8 specs where ``choice`` says, activation ranges by the
-    calibration ``method``, the layers' biases corrected with ``correct``."""
+    raise ``PlanMismatch``), 16x8 specs where ``choice`` says, activation ranges and bias
+    correction as ``options`` say (its ``calibration_method``, ``bias_correction``)."""
+    method, correct = options.calibration_method, options.bias_correction
     with stage("quantizing for the NPU and the Cortex-M kernels", exclude_hint):
         quantizer = TargetQuantizer(target, plan=decided, planner=planner, precision=choice,
                                     calibration_method=method, bias_correction=correct) \
