@@ -48,6 +48,14 @@ def run_tflite(model, inputs) -> list[np.ndarray]:
     return run_model(model, inputs)
 
 
+def assert_warned_at(caught, text: str, filename: str, line: int) -> None:
+    """The one warning of ``caught`` whose message holds ``text`` names ``filename`` at
+    ``line``: the user's call, however deep in mcu-npu it was raised."""
+    (w,) = [w for w in caught if text in str(w.message)]
+    assert (os.path.realpath(w.filename), w.lineno) == (os.path.realpath(filename), line), \
+        (w.filename, w.lineno)
+
+
 def quantized_edge(model, example_inputs, calibration=None, quantizer=None):
     """(quantized reference module, its Edge program) for ``model`` (a module or an exported
     GraphModule): export -> quantize (NPU rules) -> Edge."""

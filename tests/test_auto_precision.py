@@ -6,12 +6,14 @@ the fast cases use a three-Linear MLP."""
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
 import torch
 from torch import nn
 
+from helpers import assert_warned_at
 import mcu_npu
 from mcu_npu import AutoPrecision, ConfigError
 from mcu_npu.flow import quantize as quantize_flow
@@ -114,9 +116,12 @@ def test_kws_record_survives_load_and_runs_the_same(kws):
 # -- fast cases --------------------------------------------------------------------------------
 def test_unreachable_target_returns_the_best_within_budget():
     model, cal = _mlp()
-    with pytest.warns(UserWarning, match=r"target \S+ dB not met: best .* within the budget"):
+    with pytest.warns(UserWarning, match=r"target \S+ dB not met: best .* within the budget") \
+            as caught:
+        line = inspect.currentframe().f_lineno + 1
         prog = mcu_npu.compile(model, cal[0], target="corstone-300", calibration=cal,
                                precision=AutoPrecision(gain_db=60.0))
+    assert_warned_at(caught, "not met", __file__, line)
     auto = prog.report.precision["auto"]
     assert auto["met"] is False
     assert auto["target"]["sqnr_db"] == round(auto["baseline"]["sqnr_db"] + 60.0, 2)

@@ -5,6 +5,7 @@ the original exception chained and a line saying what to do."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import stat
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from helpers import run_cli
+from helpers import assert_warned_at, run_cli
 import mcu_npu
 from mcu_npu.errors import (ConfigError, InputError, InvalidProgramError, McuNpuError,
                             NpuCompilerError, UnsupportedModelError, stage)
@@ -360,3 +361,33 @@ def test_cli_compile_run_report_round_trip(model_file, tmp_path):
     assert r.returncode == 0 and "aten.convolution" in r.stdout and "NPU partition 0" in r.stdout
     r = cli("targets")
     assert r.returncode == 0 and "imxrt700" in r.stdout
+
+
+# --- warnings name the user's line ------------------------------------------------------------
+def test_a_warning_from_deep_in_the_flow_names_the_line_that_called_compile():
+    """The missing-calibration warning is raised by the flow's argument check, several calls
+    below ``compile``: it names this file and the line of the call (``errors.warn_user``)."""
+    model = nn.Sequential(nn.Linear(4, 3)).eval()
+    x = torch.randn(1, 4, generator=torch.Generator().manual_seed(0))
+    with pytest.warns(UserWarning, match="no calibration data") as caught:
+        line = inspect.currentframe().f_lineno + 1
+        mcu_npu.compile(model, (x,), target="corstone-300")
+    assert_warned_at(caught, "no calibration data", __file__, line)
+
+
+def test_warn_user_names_the_frame_outside_the_outermost_mcu_npu_frame():
+    """A call from outside the package into it, then out again (a user ``forward`` the flow
+    runs) and back in: the warning names the first call, not the frames between."""
+    import mcu_npu.errors as errors
+
+    space = {}  # a function whose frames are the package's (its file is in the package)
+    exec(compile("def run(fn):\n    return fn()\n",
+                 os.path.join(os.path.dirname(errors.__file__), "calls_back.py"), "exec"), space)
+
+    def user_forward():  # a frame outside the package, run by the package
+        errors.warn_user("deep")
+
+    with pytest.warns(UserWarning, match="deep") as caught:
+        line = inspect.currentframe().f_lineno + 1
+        space["run"](user_forward)
+    assert_warned_at(caught, "deep", __file__, line)

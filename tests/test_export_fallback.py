@@ -6,12 +6,13 @@ read from an input is compiled at its example value, with a warning naming the i
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import pytest
 import torch
 
-from helpers import sqnr_holds
+from helpers import assert_warned_at, sqnr_holds
 from zoo.public import measure
 from mcu_npu.flow.export import export_module
 
@@ -81,9 +82,11 @@ def test_a_strictly_exported_model_compiles_and_holds_the_contract():
     model = LengthMasked().eval()
     calibration = [(_example(s),) for s in range(8)]
     tests = [(_example(100 + s),) for s in range(8)]
-    with pytest.warns(UserWarning, match="captured by strict torch.export"):
+    with pytest.warns(UserWarning, match="captured by strict torch.export") as caught:
+        line = inspect.currentframe().f_lineno + 1
         prog = mcu_npu.compile(model, calibration[0], target="corstone-320",
                                calibration=calibration)
+    assert_warned_at(caught, "captured by strict torch.export", __file__, line)
     assert prog.report.summary["ops_on_npu"] > 0
     figures = measure(prog, model, tests)
     assert figures["finite"]

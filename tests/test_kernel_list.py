@@ -4,6 +4,7 @@ record (issue 17, items 2 and 3)."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import warnings
 
@@ -13,6 +14,7 @@ import yaml
 from executorch.codegen.tools.gen_oplist import gen_oplist
 from torch import nn
 
+from helpers import assert_warned_at
 import mcu_npu
 from mcu_npu import cli
 from mcu_npu.firmware import deployability, kernels_list
@@ -97,9 +99,12 @@ def test_missing_kernel_is_flagged_at_compile_time(monkeypatch):
     monkeypatch.setattr(kernels_list, "library_ops", without_depthwise_conv)
     model, x = tiny()
     missing = "no kernel for cortex_m::quantized_depthwise_conv2d_nhwc.out"
-    with pytest.warns(UserWarning, match=missing):
+    with pytest.warns(UserWarning, match=missing) as caught:
+        line = inspect.currentframe().f_lineno + 1
         prog = mcu_npu.compile(model, x, "imxrt700", calibration=[x],
                                operators_not_to_delegate=["*"])
+    # raised by the program check, after the flow: it names the compile call all the same
+    assert_warned_at(caught, missing, __file__, line)
     (problem,) = prog.report.kernel_problems
     conv = next(o.node for o in prog.report.ops if o.op == "aten.convolution")
     assert problem == (f"node {conv} (cortex_m.quantized_depthwise_conv2d_nhwc): no kernel "

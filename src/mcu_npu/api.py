@@ -323,10 +323,9 @@ def compile_with(model, example_inputs, calibration, options: CompileOptions, *,
 def _compile(model, example_inputs, calibration, accuracy_samples, options, *, etrecord=None,
              **kwargs) -> CompiledProgram:
     """The compile flow (``flow.run.compile_program``, same arguments) as a
-    ``CompiledProgram``, with its ETRecord written to ``etrecord`` when given; warnings
-    point at the call of ``compile``."""
+    ``CompiledProgram``, with its ETRecord written to ``etrecord`` when given."""
     c = compile_program(model, example_inputs, calibration, accuracy_samples, options,
-                        stacklevel=3, keep_edges=etrecord is not None, **kwargs)
+                        keep_edges=etrecord is not None, **kwargs)
     if etrecord is not None:
         from .devtools.etrecord import write_etrecord
 

@@ -1,7 +1,10 @@
 """The project's exception hierarchy: one base, one class per kind of failure; ``stage``
 turns a failure inside ExecuTorch, torch or an NPU compiler into one of them."""
 
+import inspect
+import os
 import re
+import warnings
 from contextlib import contextmanager
 from typing import Callable
 
@@ -72,6 +75,23 @@ class OutputError(McuNpuError, OSError):
 
 class InputError(McuNpuError, ValueError):
     """Data handed to a program does not match what it expects (shape, dtype, count)."""
+
+
+# --- warnings ----------------------------------------------------------------------------------
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn, naming the user's line that called into mcu-npu: the frame just outside the
+    outermost mcu-npu frame on the stack, however deep in the flow the warning is raised
+    and whatever torch or ExecuTorch frames lie between (a pass torch's pass manager runs,
+    the user's ``forward`` under export)."""
+    frame, level, outermost = inspect.currentframe().f_back, 1, 1
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_PACKAGE):
+            outermost = level
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=outermost + 2)
 
 
 # --- failures from inside ExecuTorch, torch or an NPU compiler ------------------------------

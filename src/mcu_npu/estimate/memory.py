@@ -28,10 +28,9 @@ All sizes are bytes. The dict goes into ``Report.memory``; its ``summary`` joins
 from __future__ import annotations
 
 import math
-import warnings
 
 from ..device.sizes import POINTER, align
-from ..errors import ConfigError, InvalidProgramError, MemoryFitError
+from ..errors import ConfigError, InvalidProgramError, MemoryFitError, warn_user
 
 EVALUE = 16
 """sizeof(EValue): an 8-byte payload union (int64, double, pointers) and a 4-byte tag,
@@ -422,11 +421,11 @@ def misfits(memory: dict) -> list[str]:
     return messages
 
 
-def check_fit(report, strict: bool, stacklevel: int = 2) -> None:
+def check_fit(report, strict: bool) -> None:
     """Warn (``strict``: raise ``MemoryFitError``) when the program does not fit: one
     warning per region, naming it, the need, the capacity, the margin and what to do."""
     problems = misfits(report.memory or {})
     if strict and problems:
         raise MemoryFitError("\n".join(problems))
     for p in problems:
-        warnings.warn(p, UserWarning, stacklevel=stacklevel + 1)
+        warn_user(p)

@@ -9,10 +9,9 @@ firmware build must match.
 from __future__ import annotations
 
 import re
-import warnings
 from pathlib import Path
 
-from ..errors import McuNpuError
+from ..errors import McuNpuError, warn_user
 from ..graph.delegate_call import is_delegate_call
 from ..npu.family import installed_version
 
@@ -110,7 +109,7 @@ def host_only_message(report, target) -> str:
             f"its payloads); for a deployable program, {how_to_deploy(target)}")
 
 
-def check(report, target, deployable: bool, stacklevel: int = 2) -> None:
+def check(report, target, deployable: bool) -> None:
     """Warn about each reason ``report``'s program would fail on the board, or raise
     ``NotDeployableError`` for the first one when ``deployable``."""
     problems = []
@@ -121,4 +120,4 @@ def check(report, target, deployable: bool, stacklevel: int = 2) -> None:
     if deployable and problems:
         raise NotDeployableError(problems[0])
     for p in problems:
-        warnings.warn(p, UserWarning, stacklevel=stacklevel + 1)
+        warn_user(p)

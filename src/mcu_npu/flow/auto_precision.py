@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import math
 import sys
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
 
-from ..errors import ConfigError, McuNpuError, stage
+from ..errors import ConfigError, McuNpuError, stage, warn_user
 from ..graph.ids import node_id
 from ..quantization.precision import INT8, INT16, AutoPrecision, PrecisionRequest
 
@@ -213,9 +212,8 @@ def _layer_rows(prog, samples) -> list[dict] | None:
         with stage("measuring the per-layer error"):
             return prog.accuracy(samples)
     except McuNpuError as exc:
-        warnings.warn(f"precision='auto': per-layer error not measured on the program with "
-                      f"int16 layers ({str(exc).splitlines()[0]}); the first ranking is "
-                      "kept", UserWarning, stacklevel=5)
+        warn_user(f"precision='auto': per-layer error not measured on the program with "
+                  f"int16 layers ({str(exc).splitlines()[0]}); the first ranking is kept")
         return None
 
 
@@ -421,7 +419,7 @@ def _finish(s: _Search, base: _Point, best: _Point, goal: dict, budget: dict,
     report.precision = {"request": "auto", "kept_int8": kept, "auto": record}
     _say(s, record["outcome"])
     if not met:
-        warnings.warn(f"precision='auto': {why}", UserWarning, stacklevel=3)
+        warn_user(f"precision='auto': {why}")
     return prog
 
 

@@ -15,13 +15,11 @@ from ..runtime.pte import Program
 from .memory import Lowered
 
 
-def check_program(placed: Lowered, deployable: bool, strict: bool,
-                  stacklevel: int = 2) -> Program:
+def check_program(placed: Lowered, deployable: bool, strict: bool) -> Program:
     """The three checks of ``placed.buffer`` (lowered from ``placed.edge`` with the plan
     ``placed.decided``; its companion's ``host_data`` give the partitions' graphs; its memory
     report is ``placed.memory`` when the placement already made it), filling the report's
-    kernels and memory; warnings point where ``warnings.warn(..., stacklevel=stacklevel)``
-    in the caller would. Returns the program as read, for the host run (``measure``)."""
+    kernels and memory. Returns the program as read, for the host run (``measure``)."""
     report, target = placed.report, placed.target
     with stage("checking the program's delegate tensors"):
         program = Program(placed.buffer, placed.host_data)  # read once, by the checks below
@@ -29,11 +27,11 @@ def check_program(placed: Lowered, deployable: bool, strict: bool,
     with stage("checking the program against the target's kernels"):
         fill_report(report, program, target, placed.edge,
                     {n.ident: n.node for n in placed.decided.nodes})
-        deployability.check(report, target, deployable, stacklevel=stacklevel + 1)
+        deployability.check(report, target, deployable)
     with stage("checking the program against the target's memory"):
         report.memory = placed.memory if placed.memory is not None else \
             memory_report(program, target, report)
-        check_fit(report, strict, stacklevel=stacklevel + 1)
+        check_fit(report, strict)
     return program
 
 

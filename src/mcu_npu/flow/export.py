@@ -20,22 +20,20 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-from ..errors import ConfigError, UnsupportedModelError, source_line, stage
+from ..errors import ConfigError, UnsupportedModelError, source_line, stage, warn_user
 from ..upstream.patches import module_calls_unwound_on_error
 
 EXPORT_HINT = ("make the model capturable by torch.export (no data-dependent control flow, "
                "see torch.export's message), or report it")
 
 
-def export(model: torch.nn.Module, example_inputs: tuple, stacklevel: int = 2) -> GraphModule:
-    """The compile's first stage: ``export_module``, its failures named as the stage's.
-    Warnings point where ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would."""
+def export(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
+    """The compile's first stage: ``export_module``, its failures named as the stage's."""
     with stage("exporting the model", EXPORT_HINT):
-        return export_module(model, example_inputs, stacklevel + 1)
+        return export_module(model, example_inputs)
 
 
-def export_module(model: torch.nn.Module, example_inputs: tuple,
-                  stacklevel: int = 2) -> GraphModule:
+def export_module(model: torch.nn.Module, example_inputs: tuple) -> GraphModule:
     """torch.export a module into a plain ATen GraphModule, with export's message on failure:
     non-strict, then strict where non-strict stopped on a data-dependent value."""
     example_inputs = tuple(x.contiguous() if isinstance(x, torch.Tensor) else x
@@ -54,12 +52,11 @@ def export_module(model: torch.nn.Module, example_inputs: tuple,
                 f"torch.export could not capture the model: non-strict export stopped on a "
                 f"data-dependent value ({_first(exc)}), and strict export failed too: "
                 f"{_first(strict_exc)}") from strict_exc
-        warnings.warn(f"the model was captured by strict torch.export (TorchDynamo): "
-                      f"non-strict export stopped on a data-dependent value ({_first(exc)})",
-                      UserWarning, stacklevel=stacklevel + 1)
+        warn_user(f"the model was captured by strict torch.export (TorchDynamo): "
+                  f"non-strict export stopped on a data-dependent value ({_first(exc)})")
         check_model_outputs(ep)
         try:
-            return _specialize(ep.module(check_guards=False), example_inputs, stacklevel + 1)
+            return _specialize(ep.module(check_guards=False), example_inputs)
         except Exception as fixed_exc:
             raise UnsupportedModelError(
                 f"strict torch.export captured the model, but putting its data-dependent "
@@ -71,7 +68,7 @@ def export_module(model: torch.nn.Module, example_inputs: tuple,
 _SCALARS = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)
 
 
-def _specialize(gm: GraphModule, example_inputs: tuple, stacklevel: int) -> GraphModule:
+def _specialize(gm: GraphModule, example_inputs: tuple) -> GraphModule:
     """``gm`` with each ``.item()`` replaced by its value on ``example_inputs``, exported
     again (now without data-dependent values) into a plain graph; a warning for each value
     read from an input."""
@@ -80,12 +77,11 @@ def _specialize(gm: GraphModule, example_inputs: tuple, stacklevel: int) -> Grap
     for node in scalars:
         inputs = _inputs_of(node)
         if inputs:
-            warnings.warn(
+            warn_user(
                 f"{node.name} ({source_line(node)}) reads a value out of the input(s) "
                 f"{', '.join(inputs)}; a program has fixed shapes, so it is compiled as "
                 f"{values[node]}, its value for the example inputs: the program computes what "
-                f"the model does for inputs on which it is {values[node]}",
-                UserWarning, stacklevel=stacklevel + 1)
+                f"the model does for inputs on which it is {values[node]}")
     for node in scalars:
         for user in list(node.users):
             user.args, user.kwargs = torch.fx.node.map_arg(

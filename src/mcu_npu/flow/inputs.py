@@ -3,12 +3,11 @@ form the stages take."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, warn_user
 from ..io_spec import ProgramIO
 from ..npu.compilers import compiler_names
 from ..partition.plan import PlanOptions
@@ -36,18 +35,16 @@ class Arguments:
     """The declared program I/O (``io_spec``); the samples above are as its front takes them."""
 
 
-def check_arguments(example_inputs, calibration, accuracy_samples, options,
-                    stacklevel: int = 2) -> Arguments:
+def check_arguments(example_inputs, calibration, accuracy_samples, options) -> Arguments:
     """The data of a compile (example inputs, calibration and accuracy samples) with its
     ``options`` (a ``flow.options.CompileOptions``, checked already) as the stages take them;
     ConfigError for data the flow cannot use. Without calibration data the example inputs
-    calibrate, with a warning that points where ``warnings.warn(..., stacklevel=stacklevel)``
-    in the caller would."""
+    calibrate, with a warning."""
     example_inputs = as_inputs(example_inputs)
     if calibration is None:
-        warnings.warn("no calibration data: calibrating on the example inputs alone, so "
-                      "quantization ranges will be narrow and results inaccurate; pass "
-                      "calibration samples", UserWarning, stacklevel=stacklevel + 1)
+        warn_user("no calibration data: calibrating on the example inputs alone, so "
+                  "quantization ranges will be narrow and results inaccurate; pass "
+                  "calibration samples")
         samples = [example_inputs]
     else:
         samples = check_calibration(calibration, example_inputs)

@@ -60,11 +60,11 @@ class Compiled:
 
 
 def compile_program(model, example_inputs, calibration, accuracy_samples,
-                    options: CompileOptions, *, stacklevel: int = 2, keep_edges: bool = False,
+                    options: CompileOptions, *, keep_edges: bool = False,
                     plan=None, started: dict | None = None) -> Compiled:
     """``mcu_npu.compile`` of ``model`` with ``options`` (checked: ``flow.options``; its
-    precision a ``PrecisionRequest``). Warnings point where
-    ``warnings.warn(..., stacklevel=stacklevel)`` in the caller would. ``plan``: the
+    precision a ``PrecisionRequest``). Warnings name the user's line that called into
+    mcu-npu (``errors.warn_user``). ``plan``: the
     ``Compiled.plan`` of a compile of the same model for the same target and options (the
     precision search's trials), used where it was made for the graph. ``started``: a dict
     the caller keeps across compiles of one model with the same arguments but the precision
@@ -74,14 +74,13 @@ def compile_program(model, example_inputs, calibration, accuracy_samples,
     graph modules get their code when it is used, among others)."""
     with compile_patches(), earlier_objects_frozen():
         return _run(model, example_inputs, calibration, accuracy_samples, options,
-                    stacklevel + 1, keep_edges, plan, started)
+                    keep_edges, plan, started)
 
 
 def _run(model, example_inputs, calibration, accuracy_samples, options: CompileOptions,
-         stacklevel, keep_edges, plan, started) -> Compiled:
-    """``compile_program``'s stages (``stacklevel`` counted from here)."""
-    args = check_arguments(example_inputs, calibration, accuracy_samples, options,
-                           stacklevel + 1)
+         keep_edges, plan, started) -> Compiled:
+    """``compile_program``'s stages."""
+    args = check_arguments(example_inputs, calibration, accuracy_samples, options)
     precision, train_fn = options.precision, options.train_fn
     calibration_method = options.calibration_method
     if started:  # quantization leaves the rewritten graph as it found it only in a copy
@@ -90,8 +89,8 @@ def _run(model, example_inputs, calibration, accuracy_samples, options: CompileO
         approximation = started["approximation"]
     else:
         float_model = front(in_eval_mode(model), args.program_io, args.example_inputs)
-        graph, state = lift_state(fold_normalisation(export(float_model, args.example_inputs,
-                                                            stacklevel + 1), args.program_io))
+        graph, state = lift_state(fold_normalisation(export(float_model, args.example_inputs),
+                                                     args.program_io))
         graph, approximation = rewrite_approximating(
             graph, args.target, None if state else args.samples, calibration_method,
             options.operators_not_to_delegate)
@@ -121,7 +120,7 @@ def _run(model, example_inputs, calibration, accuracy_samples, options: CompileO
     if softmax_form:
         report.notes.append(softmax_form_note(softmax_form))
     record_calibration(report, quantized.reference, "qat" if train_fn else calibration_method)
-    program = check_program(placed, options.deployable, options.strict, stacklevel + 1)
+    program = check_program(placed, options.deployable, options.strict)
     program = measure(program, report, stepper or float_model, quantized.reference,
                       frames.samples, frames.accuracy_samples, state)
     return Compiled(buffer, host_data, report, quantized.reference, float_model, program,
