@@ -129,6 +129,14 @@ def test_sweep_in_worker_processes_gives_this_process_compile(pool_grid):
     assert row.top1_agreement == agree / len(calibration) and row.top1_samples == 8
 
 
+def test_a_row_keeps_the_compiles_own_warnings():
+    """A row keeps the first line of each mcu-npu warning its compile raised (on imxrt700
+    without the eIQ Neutron SDK: the partitions compiled by the reference compiler)."""
+    model, example, calibration = tiny_cnn()
+    (row,) = compare(model, example, ["imxrt700"], calibration, progress=False).rows
+    assert any("compiled by the reference compiler" in w for w in row.warnings), row.warnings
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("grid")
 def test_ray_gives_the_rows_the_process_pool_gives(pool_grid):

@@ -366,10 +366,11 @@ def test_cli_compile_run_report_round_trip(model_file, tmp_path):
 # --- warnings name the user's line ------------------------------------------------------------
 def test_a_warning_from_deep_in_the_flow_names_the_line_that_called_compile():
     """The missing-calibration warning is raised by the flow's argument check, several calls
-    below ``compile``: it names this file and the line of the call (``errors.warn_user``)."""
+    below ``compile``: it names this file and the line of the call (``errors.warn_user``), as
+an ``McuNpuWarning`` (a ``UserWarning``) a user's filter can name."""
     model = nn.Sequential(nn.Linear(4, 3)).eval()
     x = torch.randn(1, 4, generator=torch.Generator().manual_seed(0))
-    with pytest.warns(UserWarning, match="no calibration data") as caught:
+    with pytest.warns(mcu_npu.McuNpuWarning, match="no calibration data") as caught:
         line = inspect.currentframe().f_lineno + 1
         mcu_npu.compile(model, (x,), target="corstone-300")
     assert_warned_at(caught, "no calibration data", __file__, line)

@@ -6,6 +6,7 @@ from .errors import (
     InputError,
     InvalidProgramError,
     McuNpuError,
+    McuNpuWarning,
     MemoryFitError,
     NpuCompilerError,
     UnsupportedModelError,
@@ -45,5 +46,5 @@ __all__ = [
     "compare", "sweep", "streaming", "Stream",
     "targets", "get_target", "InputSpec",
     "McuNpuError", "ConfigError", "ConversionError", "InputError", "InvalidProgramError",
-    "MemoryFitError", "NpuCompilerError", "UnsupportedModelError",
+    "MemoryFitError", "NpuCompilerError", "UnsupportedModelError", "McuNpuWarning",
 ]

@@ -35,13 +35,18 @@ def _quiet() -> None:
     calling process set; the third-party notices nobody can act on are dropped where they
     are logged (``upstream.noise``, installed by ``import mcu_npu``). Called inside
     ``warnings.catch_warnings()``, which restores both."""
-    warnings.filterwarnings("always", category=UserWarning, module=r"mcu_npu")
+    from .errors import McuNpuWarning
+
+    warnings.filterwarnings("always", category=McuNpuWarning)
     warnings.showwarning = _show_warning
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """mcu-npu's own warnings as ``mcu-npu: warning: ...``; others as Python shows them."""
-    if "mcu_npu" in (filename or "") and issubclass(category, UserWarning):
+    """mcu-npu's own warnings (``errors.McuNpuWarning``) as ``mcu-npu: warning: ...``;
+    others as Python shows them."""
+    from .errors import McuNpuWarning
+
+    if issubclass(category, McuNpuWarning):
         print(f"mcu-npu: warning: {message}", file=file or sys.stderr)
     else:
         _SHOW_WARNING(message, category, filename, lineno, file, line)

@@ -78,10 +78,15 @@ class InputError(McuNpuError, ValueError):
 
 
 # --- warnings ----------------------------------------------------------------------------------
+class McuNpuWarning(UserWarning):
+    """A warning of mcu-npu's (``warn_user``): what the CLI prints as ``mcu-npu: warning:``
+    and a grid row keeps, and what a user's ``warnings.filterwarnings`` can name."""
+
+
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+def warn_user(message: str, category: type[McuNpuWarning] = McuNpuWarning) -> None:
     """Warn, naming the user's line that called into mcu-npu: the frame just outside the
     outermost mcu-npu frame on the stack, however deep in the flow the warning is raised
     and whatever torch or ExecuTorch frames lie between (a pass torch's pass manager runs,

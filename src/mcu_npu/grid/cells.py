@@ -21,7 +21,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from ..errors import first_line
+from ..errors import McuNpuWarning, first_line
 from ..model_source import factory, load_model_spec, model_name
 
 OURS = "mcu-npu"
@@ -162,10 +162,8 @@ def run_cell(cell: Cell) -> Row:
         # whatever raised it; a tool's command line inside a compile may call sys.exit)
         return Row(**asked, error=f"{type(exc).__name__}: {first_line(exc)}",
                    seconds=time.monotonic() - start)
-    # mcu-npu's warnings point at its caller, ``_compile_row`` here; others' at themselves
     notes = tuple(dict.fromkeys(str(w.message).splitlines()[0] for w in caught
-                                if issubclass(w.category, UserWarning)
-                                and "mcu_npu" in (w.filename or "")))
+                                if issubclass(w.category, McuNpuWarning)))
     return replace(row, warnings=notes, seconds=time.monotonic() - start)
 
 
