@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import torch
+from torch import nn
 
 from mcu_npu.estimate.metrics import sqnr_db  # noqa: F401  (re-exported for tests)
 from mcu_npu.flow.edge import to_edge_program
@@ -54,6 +55,21 @@ def assert_warned_at(caught, text: str, filename: str, line: int) -> None:
     (w,) = [w for w in caught if text in str(w.message)]
     assert (os.path.realpath(w.filename), w.lineno) == (os.path.realpath(filename), line), \
         (w.filename, w.lineno)
+
+
+class Branchy(nn.Module):
+    """Two branches joined by an add (the partition tests' model: an op kept off the NPU
+    inside one branch or at the join splits its partitions)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 8, 1)
+        self.c = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        return torch.sigmoid(self.c(y) + torch.tanh(self.b(y)))
 
 
 def quantized_edge(model, example_inputs, calibration=None, quantizer=None):

@@ -14,7 +14,7 @@ from torch.fx import Graph, GraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from helpers import quantized_edge
+from helpers import Branchy, quantized_edge
 from mcu_npu.partition import SupportAnalysis
 from mcu_npu.partition.grouping import propose_groups
 from mcu_npu.partition.propose import cluster_members
@@ -75,18 +75,6 @@ def test_random_graphs_give_torchs_partitions(seed):
         assert propose_groups(gm.graph, members) == expected
         checked += len(expected) > 1
     assert checked > 0  # the draws include graphs split into several partitions
-
-
-class Branchy(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Conv2d(3, 8, 3, padding=1)
-        self.b = nn.Conv2d(8, 8, 1)
-        self.c = nn.Conv2d(8, 8, 3, padding=1)
-
-    def forward(self, x):
-        y = torch.relu(self.a(x))
-        return torch.sigmoid(self.c(y) + torch.tanh(self.b(y)))
 
 
 class LstmHead(nn.Module):

@@ -7,24 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import quantized_edge
+from helpers import Branchy, quantized_edge
 from mcu_npu.partition import SupportAnalysis
 from mcu_npu.partition.propose import cluster_members, general_groups, single_group
 from mcu_npu.targets import get_target
-
-
-class Branchy(nn.Module):
-    """Two branches joined by an add; ``excluded`` ops sit inside one branch or at its end."""
-
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Conv2d(3, 8, 3, padding=1)
-        self.b = nn.Conv2d(8, 8, 1)
-        self.c = nn.Conv2d(8, 8, 3, padding=1)
-
-    def forward(self, x):
-        y = torch.relu(self.a(x))
-        return torch.sigmoid(self.c(y) + torch.tanh(self.b(y)))
 
 
 class TinyGRU(nn.Module):
