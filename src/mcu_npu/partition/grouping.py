@@ -78,10 +78,9 @@ class _Proposal:
             bits |= self.reach[u]
         return bits
 
-    def _partitions_reached(self, users: Iterable[int], sources: tuple[int, ...]) -> set[int]:
-        """torch's ``downstream_partitions``: the partitions holding a node at or below
-        ``users``, and every partition those reach, without ``sources``."""
-        bits = self._downstream(users)
+    def _partitions_reached(self, bits: int, sources: tuple[int, ...]) -> set[int]:
+        """torch's ``downstream_partitions``: the partitions holding a node of ``bits`` (the
+        users' ``_downstream``), and every partition those reach, without ``sources``."""
         found: set[int] = set()
         for pid, mask in self.mask.items():
             if mask & bits:
@@ -95,7 +94,8 @@ class _Proposal:
         self.partition_nodes[pid] = {node}
         self.mask[pid] = 1 << node
         self.partition_users[pid] = set(self.users[node])
-        self.reaches[pid].update(self._partitions_reached(self.users[node], (pid,)))
+        self.reaches[pid].update(
+            self._partitions_reached(self._downstream(self.users[node]), (pid,)))
 
     def _merge(self, self_id: int, other_id: int) -> int:
         """torch's ``maybe_merge_partition``: the id the two go on under, merged unless that
@@ -124,7 +124,7 @@ class _Proposal:
         self.reaches[keep] = self.reaches[keep] | self.reaches.pop(removed)
         self.partition_users[keep] = users
         del self.partition_users[removed]
-        self.reaches[keep].update(self._partitions_reached(users, (keep, removed)))
+        self.reaches[keep].update(self._partitions_reached(bits, (keep, removed)))
         self.reaches[keep].discard(keep)
         self.reaches[keep].discard(removed)
         return keep
